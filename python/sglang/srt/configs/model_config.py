@@ -1,0 +1,130 @@
+"""What the engine needs to know about a checkpoint: architecture, sizes, pooling, context length."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from sglang.srt.configs.sentence_transformers import (
+    SentenceTransformersInfo,
+    read_sentence_transformers_info,
+)
+from sglang.srt.server_args import ConfigError, ServerArgs
+
+logger = logging.getLogger(__name__)
+
+NOT_EMBEDDING_MESSAGE = (
+    "This model does not appear to be an embedding model by default. Please add `--is-embedding` "
+    "when launching the server or try another model."
+)
+
+_DTYPES = {
+    "float32": torch.float32, "float": torch.float32,
+    "float16": torch.float16, "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+
+
+def load_hf_config(model_dir: str, trust_remote_code: bool, overrides: dict):
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
+    except ValueError as e:
+        msg = str(e)
+        if "trust_remote_code" in msg:
+            raise ConfigError(
+                f"The checkpoint at {model_dir} ships custom code; add --trust-remote-code to load it"
+            ) from e
+        raise ConfigError(f"Could not read the model config in {model_dir}: {msg.splitlines()[0]}") from e
+    except OSError as e:
+        raise ConfigError(f"No usable config.json in {model_dir}: {str(e).splitlines()[0]}") from e
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    return config
+
+
+@dataclass
+class ModelConfig:
+    model_path: str
+    hf_config: object
+    architecture: str
+    hidden_size: int
+    vocab_size: int
+    context_length: int
+    pooling: str
+    normalize: bool
+    dtype: torch.dtype
+    st_info: SentenceTransformersInfo
+    is_encoder: bool
+
+    @property
+    def embedding_dim(self) -> int:
+        dense = self.st_info.dense_layers
+        return dense[-1].out_features if dense else self.hidden_size
+
+    @classmethod
+    def from_server_args(cls, args: ServerArgs, model_dir: str, device: str) -> "ModelConfig":
+        from sglang.srt.models.registry import ModelRegistry
+
+        hf_config = load_hf_config(model_dir, args.trust_remote_code, args.model_override_args)
+        architectures = list(getattr(hf_config, "architectures", None) or [])
+        if not architectures:
+            raise ConfigError(f"config.json in {model_dir} names no architecture")
+        architecture = ModelRegistry.resolve(architectures)
+        spec = ModelRegistry.spec(architecture)
+        st_info = read_sentence_transformers_info(model_dir)
+
+        if not spec.is_encoder and not (args.is_embedding or st_info.declares_pooling):
+            raise ConfigError(NOT_EMBEDDING_MESSAGE)
+
+        pooling = st_info.pooling or spec.default_pooling
+        # Without sentence-transformers files we follow the model family's convention; with them,
+        # exactly what sentence-transformers would do, so vectors match its `encode`.
+        normalize = st_info.normalize if st_info.declares_pooling else True
+        hidden = hf_config.get_text_config().hidden_size if hasattr(hf_config, "get_text_config") else hf_config.hidden_size
+        return cls(
+            model_path=model_dir,
+            hf_config=hf_config,
+            architecture=architecture,
+            hidden_size=int(hidden),
+            vocab_size=int(getattr(hf_config, "vocab_size")),
+            context_length=_context_length(args.context_length, hf_config, st_info, spec),
+            pooling=pooling,
+            normalize=normalize,
+            dtype=_resolve_dtype(args.dtype, hf_config, device),
+            st_info=st_info,
+            is_encoder=spec.is_encoder,
+        )
+
+
+def _context_length(requested: Optional[int], hf_config, st_info: SentenceTransformersInfo, spec) -> int:
+    position_limit = getattr(hf_config, "max_position_embeddings", None)
+    if position_limit is not None:
+        position_limit = int(position_limit) - spec.position_offset(hf_config)
+    if requested is not None:
+        if spec.absolute_positions and position_limit is not None and requested > position_limit:
+            raise ConfigError(
+                f"--context-length {requested} exceeds the model's {position_limit} position embeddings"
+            )
+        return requested
+    candidates = [x for x in (st_info.max_seq_length, position_limit) if x]
+    if not candidates:
+        raise ConfigError("Cannot tell the model's context length; pass --context-length")
+    return min(candidates)
+
+
+def _resolve_dtype(requested: str, hf_config, device: str) -> torch.dtype:
+    if requested != "auto":
+        return _DTYPES[requested]
+    if device == "cpu":
+        return torch.float32
+    declared = getattr(hf_config, "dtype", None) or getattr(hf_config, "torch_dtype", None)
+    if isinstance(declared, str):
+        declared = _DTYPES.get(declared)
+    if declared in (torch.float16, torch.bfloat16):
+        return declared
+    return torch.bfloat16

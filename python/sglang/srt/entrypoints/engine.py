@@ -1,0 +1,92 @@
+"""Engine: the serving engine in-process, for offline use (no HTTP).
+
+    import sglang
+    with sglang.Engine(model_path="...", is_embedding=True) as engine:
+        out = engine.encode(["a", "b"])   # [{"embedding": [...], "meta_info": {...}}, ...]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import threading
+from typing import Optional, Union
+
+from sglang.srt.entrypoints.engine_processes import EngineProcesses
+from sglang.srt.managers.io_struct import FORMAT_RAW, EmbeddingReqInput
+from sglang.srt.managers.tokenizer_manager import TokenizerManager, payload_to_array
+from sglang.srt.server_args import ServerArgs
+
+Prompt = Union[str, list[str], list[int], list[list[int]]]
+
+
+class Engine:
+    """Starts the scheduler and detokenizer processes; tokenizes in the caller's process.
+
+    Takes the keyword arguments of ServerArgs (`max_batch_size=...`, `dtype=...`, ...).
+    """
+
+    def __init__(self, model_path: Optional[str] = None, is_embedding: bool = True, **kwargs) -> None:
+        self.server_args = ServerArgs(model_path=model_path, is_embedding=is_embedding, **kwargs)
+        self._processes = EngineProcesses(self.server_args)
+        self._closed = False
+        self.model_info = self._processes.start()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="sglang-engine-loop", daemon=True)
+        self._thread.start()
+        self._tm: TokenizerManager = self._call(self._make_tokenizer_manager())
+        self._processes.watch(lambda reason: self._loop.call_soon_threadsafe(self._tm.on_engine_dead, reason))
+        atexit.register(self.shutdown)
+
+    async def _make_tokenizer_manager(self) -> TokenizerManager:
+        tm = TokenizerManager(self.server_args, self._processes.port_args, self.model_info)
+        tm.start()
+        return tm
+
+    def _call(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def encode(self, prompt: Prompt, dimensions: Optional[int] = None) -> Union[dict, list[dict]]:
+        """Embed one input (-> dict) or a batch (-> list of dicts), like SGLang's Engine.encode.
+
+        Raises EmbeddingError for a bad input, with the same message the HTTP API would give.
+        """
+        single = isinstance(prompt, str) or (bool(prompt) and isinstance(prompt[0], int))
+        if isinstance(prompt, str):
+            req = EmbeddingReqInput(text=[prompt])
+        elif single:
+            req = EmbeddingReqInput(input_ids=[list(prompt)])
+        elif prompt and isinstance(prompt[0], str):
+            req = EmbeddingReqInput(text=list(prompt))
+        else:
+            req = EmbeddingReqInput(input_ids=[list(p) for p in prompt])
+        req.dimensions = dimensions
+        req.encoding_format = FORMAT_RAW
+        result = self._call(self._tm.embed(req))
+        out = [
+            {"embedding": payload_to_array(p).tolist(), "meta_info": {"prompt_tokens": n}}
+            for p, n in zip(result.payloads, result.prompt_tokens)
+        ]
+        return out[0] if single else out
+
+    def get_model_info(self) -> dict:
+        return dict(self.model_info)
+
+    def shutdown(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._loop.is_running():
+                self._call(self._tm.close())
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join(timeout=5)
+        finally:
+            self._processes.shutdown()
+            atexit.unregister(self.shutdown)
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()

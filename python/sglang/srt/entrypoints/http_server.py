@@ -1,0 +1,179 @@
+"""The HTTP front end: FastAPI routes on uvicorn + uvloop, one TokenizerManager per process."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from contextlib import asynccontextmanager
+from typing import Optional
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from sglang.srt.entrypoints.engine_processes import EngineProcesses
+from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest, ErrorResponse, ModelCard, ModelList
+from sglang.srt.entrypoints.openai.serving_embedding import OpenAIServingEmbedding
+from sglang.srt.managers.errors import EmbeddingError
+from sglang.srt.managers.tokenizer_manager import TokenizerManager
+from sglang.srt.server_args import ConfigError, ServerArgs
+from sglang.srt.utils.logging_utils import configure_logging
+from sglang.srt.utils.network import PortArgs, is_port_available
+
+logger = logging.getLogger(__name__)
+
+_ERROR_RESPONSES = {code: {"model": ErrorResponse} for code in (400, 404, 429, 500, 503)}
+
+
+def json_response(body: bytes | dict, status: int = 200, headers: Optional[dict] = None) -> Response:
+    content = body if isinstance(body, bytes) else orjson.dumps(body)
+    return Response(content=content, status_code=status, media_type="application/json", headers=headers)
+
+
+def error_response(err: EmbeddingError) -> Response:
+    return json_response(err.to_dict(), err.status, err.headers or None)
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[str, Optional[str]]:
+    errors = exc.errors()
+    if not errors:
+        return "Invalid request.", None
+    first = errors[0]
+    loc = [str(x) for x in first.get("loc", ()) if x != "body"]
+    if first.get("type") == "json_invalid":
+        return "The request body is not valid JSON.", None
+    where = ".".join(loc) if loc else "body"
+    return f"Invalid request: {where}: {first.get('msg', 'invalid value')}", (loc[0] if loc else None)
+
+
+def create_app(server_args: ServerArgs, port_args: PortArgs, model_info: dict,
+               engine_alive=lambda: True, worker_id: int = 0) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        # Sockets belong to the serving event loop, so the manager is made inside it.
+        tm = TokenizerManager(server_args, port_args, model_info, worker_id)
+        tm.start()
+        app.state.tokenizer_manager = tm
+        app.state.serving = OpenAIServingEmbedding(tm, server_args.served_model_name)
+        yield
+        await tm.close()
+
+    app = FastAPI(title="sglang-embed", version="0.1.0", lifespan=lifespan)
+    created = int(time.time())
+
+    @app.exception_handler(EmbeddingError)
+    async def _embedding_error(_: Request, exc: EmbeddingError):
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_: Request, exc: RequestValidationError):
+        message, param = _validation_message(exc)
+        return error_response(EmbeddingError(400, message, param=param))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException):
+        return error_response(EmbeddingError(exc.status_code, str(exc.detail)))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception):
+        logger.exception("unhandled error")
+        return error_response(EmbeddingError(500, f"Internal server error: {type(exc).__name__}"))
+
+    @app.get("/health", include_in_schema=True)
+    async def health():
+        tm: Optional[TokenizerManager] = getattr(app.state, "tokenizer_manager", None)
+        if tm is not None and tm.healthy and engine_alive():
+            return Response(status_code=200)
+        return error_response(EmbeddingError(503, "The embedding engine is not ready."))
+
+    @app.get("/v1/models", response_model=ModelList)
+    async def models():
+        card = ModelCard(id=server_args.served_model_name, created=created, root=server_args.model_path,
+                         max_model_len=model_info.get("max_input_length"))
+        return json_response(ModelList(data=[card]).model_dump())
+
+    @app.get("/model_info")
+    @app.get("/get_model_info", include_in_schema=False)
+    async def get_model_info():
+        return json_response({**model_info, "is_embedding": True, "is_generation": False,
+                              "tokenizer_path": server_args.tokenizer_path})
+
+    @app.post("/v1/embeddings", responses=_ERROR_RESPONSES)
+    async def embeddings(request: EmbeddingRequest, raw: Request):
+        start = time.monotonic()
+        rid = raw.headers.get("x-request-id")
+        body, result = await app.state.serving.create_embedding(request, rid)
+        total = time.monotonic() - start
+        headers = {
+            "x-queue-time": f"{result.queue_time * 1000:.2f}",
+            "x-inference-time": f"{result.inference_time * 1000:.2f}",
+            "x-total-time": f"{total * 1000:.2f}",
+        }
+        if rid:
+            headers["x-request-id"] = rid
+        return json_response(body, headers=headers)
+
+    return app
+
+
+def launch_server(server_args: ServerArgs) -> int:
+    """Run the server until Ctrl-C / SIGTERM (exit 0) or a child process dies (exit 1)."""
+    import uvicorn
+
+    configure_logging(server_args.log_level)
+    if not is_port_available(server_args.host, server_args.port):
+        raise ConfigError(f"Port {server_args.port} on {server_args.host} is already in use")
+    engine = EngineProcesses(server_args)
+    logger.info("starting the engine for %s", server_args.model_path)
+    model_info = engine.start()
+    exit_code = 0
+    try:
+        app = create_app(server_args, engine.port_args, model_info, engine.alive)
+        config = uvicorn.Config(
+            app, host=server_args.host, port=server_args.port, log_level=server_args.log_level,
+            timeout_keep_alive=30,
+            access_log=server_args.log_level == "debug",
+        )
+        server = uvicorn.Server(config)
+
+        def on_death(reason: str) -> None:
+            nonlocal exit_code
+            exit_code = 1
+            loop = getattr(server, "_sglang_loop", None)
+            # Fail in-flight requests first, then stop serving so a supervisor restarts us.
+            if loop is not None:
+                loop.call_soon_threadsafe(_fail_all, app, reason)
+            server.should_exit = True
+
+        engine.watch(on_death)
+        logger.info("serving %s on %s", server_args.served_model_name, server_args.url)
+        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+            runner.run(_serve(server))
+    finally:
+        engine.shutdown()
+    if exit_code:
+        logger.error("the engine died; exiting with status %d", exit_code)
+    return exit_code
+
+
+async def _serve(server) -> None:
+    server._sglang_loop = asyncio.get_running_loop()
+    await server.serve()
+
+
+def _fail_all(app: FastAPI, reason: str) -> None:
+    tm: Optional[TokenizerManager] = getattr(app.state, "tokenizer_manager", None)
+    if tm is not None:
+        tm.on_engine_dead(reason)
+
+
+def _loop_factory():
+    try:
+        import uvloop
+
+        return uvloop.new_event_loop
+    except ImportError:
+        return None

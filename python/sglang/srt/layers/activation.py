@@ -1,0 +1,35 @@
+"""Activation functions by their Hugging Face config names."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    return F.gelu(x, approximate="tanh")
+
+
+_ACTIVATIONS = {
+    "gelu": F.gelu,
+    "gelu_new": _gelu_tanh,
+    "gelu_pytorch_tanh": _gelu_tanh,
+    "gelu_fast": _gelu_tanh,
+    "relu": F.relu,
+    "silu": F.silu,
+    "swish": F.silu,
+    "tanh": torch.tanh,
+}
+
+
+def get_activation(name: str):
+    try:
+        return _ACTIVATIONS[name]
+    except KeyError:
+        raise ValueError(f"unsupported activation '{name}'; known: {', '.join(sorted(_ACTIVATIONS))}") from None
+
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """SwiGLU on a fused [gate | up] projection."""
+    gate, up = x.chunk(2, dim=-1)
+    return F.silu(gate) * up

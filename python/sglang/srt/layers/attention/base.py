@@ -1,0 +1,49 @@
+"""The attention-backend interface: metadata once per batch, attention once per layer."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from sglang.srt.layers.attention.layer import AttentionLayer
+    from sglang.srt.model_executor.forward_batch import ForwardBatch
+
+
+class AttentionBackend(ABC):
+    """Runs attention over packed sequences described by a ForwardBatch.
+
+    q is [T, num_heads * head_dim]; k and v are [T, num_kv_heads * head_dim]; the result has q's
+    shape. Every sequence attends only to itself (bidirectionally, or causally for decoders).
+    """
+
+    name: str = "base"
+
+    @abstractmethod
+    def init_forward_metadata(self, forward_batch: "ForwardBatch") -> None:
+        """Build whatever every layer of this batch shares, and store it on forward_batch."""
+
+    @abstractmethod
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: "AttentionLayer",
+        forward_batch: "ForwardBatch",
+    ) -> torch.Tensor:
+        """Attention for one layer."""
+
+    # ----- CUDA-graph hooks (backends that support capture override these) -----
+    supports_cuda_graph: bool = False
+
+    def init_cuda_graph_state(self, max_num_tokens: int, max_num_seqs: int) -> None:
+        raise NotImplementedError(f"{self.name} attention does not support CUDA graphs")
+
+    def init_forward_metadata_capture_cuda_graph(self, forward_batch: "ForwardBatch") -> None:
+        raise NotImplementedError(f"{self.name} attention does not support CUDA graphs")
+
+    def init_forward_metadata_replay_cuda_graph(self, forward_batch: "ForwardBatch") -> None:
+        raise NotImplementedError(f"{self.name} attention does not support CUDA graphs")

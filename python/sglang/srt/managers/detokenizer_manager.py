@@ -1,0 +1,101 @@
+"""The detokenizer: renders pooled vectors into their wire form off the HTTP event loop.
+
+Each payload is a finished JSON value (an array of numbers, or a base64 string), so the HTTP
+process only splices bytes together.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections import defaultdict
+
+import numpy as np
+import orjson
+import zmq
+
+from sglang.srt.managers.io_struct import (
+    FORMAT_BASE64,
+    FORMAT_RAW,
+    BatchEmbeddingOutput,
+    BatchEmbeddingResult,
+)
+from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.logging_utils import configure_logging
+from sglang.srt.utils.msgcodec import decode, encode
+from sglang.srt.utils.network import PortArgs, make_socket
+from sglang.srt.utils.process import prepare_child_process
+
+logger = logging.getLogger(__name__)
+
+
+def shape_vector(vec: np.ndarray, dimensions: int | None) -> np.ndarray:
+    """Matryoshka: keep the first `dimensions` values and L2-normalize them again."""
+    if dimensions is None or dimensions >= vec.shape[0]:
+        return vec
+    head = vec[:dimensions]
+    norm = float(np.linalg.norm(head))
+    return head / norm if norm > 0 else head
+
+
+def render_vector(vec: np.ndarray, fmt: str) -> bytes:
+    vec = np.ascontiguousarray(vec, dtype="<f4")
+    if fmt == FORMAT_BASE64:
+        return b'"' + base64.b64encode(vec.tobytes()) + b'"'
+    if fmt == FORMAT_RAW:
+        return vec.tobytes()
+    return orjson.dumps(vec, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def render_output(out: BatchEmbeddingOutput) -> dict[int, BatchEmbeddingResult]:
+    """Split one scheduler output by tokenizer worker and render every vector."""
+    per_worker: dict[int, BatchEmbeddingResult] = defaultdict(
+        lambda: BatchEmbeddingResult([], [], [], [], [], [], out.inference_time)
+    )
+    for i, rid in enumerate(out.rids):
+        res = per_worker[out.worker_ids[i]]
+        code = out.error_codes[i]
+        if code == 0:
+            payload = render_vector(shape_vector(out.embeddings[i], out.dimensions[i]), out.encoding_formats[i])
+        else:
+            payload = b""
+        res.rids.append(rid)
+        res.payloads.append(payload)
+        res.prompt_tokens.append(out.prompt_tokens[i])
+        res.error_codes.append(code)
+        res.error_messages.append(out.error_messages[i])
+        res.queue_times.append(out.queue_times[i])
+    return dict(per_worker)
+
+
+def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, ready_pipe, parent_pid: int) -> None:
+    prepare_child_process(parent_pid)
+    configure_logging(server_args.log_level, "detokenizer")
+    ctx = zmq.Context()
+    recv = make_socket(ctx, zmq.PULL, port_args.detokenizer_input, bind=True)
+    senders = {
+        w: make_socket(ctx, zmq.PUSH, port_args.tokenizer_output(w), bind=False)
+        for w in range(server_args.tokenizer_worker_num)
+    }
+    ready_pipe.send({"status": "ready"})
+    ready_pipe.close()
+    while True:
+        frames = recv.recv_multipart(copy=False)
+        try:
+            out = decode(frames)
+        except Exception as e:
+            logger.exception("dropping an undecodable message: %s", e)
+            continue
+        try:
+            results = render_output(out)
+        except Exception as e:  # answer every request of the batch rather than leave it hanging
+            logger.exception("failed to render an output: %s", e)
+            out.error_codes = [500] * len(out.rids)
+            out.error_messages = [f"Internal error while rendering the embedding: {e}"] * len(out.rids)
+            results = render_output(out)
+        for worker_id, result in results.items():
+            sock = senders.get(worker_id)
+            if sock is None:
+                logger.error("result for unknown tokenizer worker %d dropped", worker_id)
+                continue
+            sock.send_multipart(encode(result), copy=False)

@@ -1,0 +1,132 @@
+"""Messages between the processes: one family per link, all registered with the frame codec.
+
+    HTTP / Engine --EmbeddingReqInput--> TokenizerManager
+    TokenizerManager --BatchTokenizedEmbeddingReqInput--> Scheduler
+    Scheduler --BatchEmbeddingOutput--> Detokenizer
+    Detokenizer --BatchEmbeddingResult--> TokenizerManager (the worker that asked)
+    TokenizerManager --AbortReq--> Scheduler
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+import numpy as np
+
+from sglang.srt.utils.msgcodec import message
+
+# Output formats the detokenizer renders.
+FORMAT_FLOAT = "float"  # JSON array of numbers
+FORMAT_BASE64 = "base64"  # little-endian float32, base64 (what the openai client asks for)
+FORMAT_RAW = "raw"  # float32 bytes, for the in-process Engine
+ENCODING_FORMATS = (FORMAT_FLOAT, FORMAT_BASE64)
+
+
+@dataclass
+class EmbeddingReqInput:
+    """What the HTTP route or Engine hands to the tokenizer manager; may hold many inputs."""
+
+    text: Optional[list[str]] = None
+    input_ids: Optional[list[list[int]]] = None
+    dimensions: Optional[int] = None
+    encoding_format: str = FORMAT_FLOAT
+    rid: Optional[str] = None
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.text) if self.text is not None else len(self.input_ids or [])
+
+
+@message
+@dataclass
+class TokenizedEmbeddingReqInput:
+    """One input, tokenized. `rid` is unique per input; `worker_id` routes the answer home."""
+
+    rid: str
+    worker_id: int
+    input_ids: np.ndarray  # int32 [n]
+    token_type_ids: Optional[np.ndarray] = None  # int32 [n], BERT-style pairs
+    dimensions: Optional[int] = None
+    encoding_format: str = FORMAT_FLOAT
+    arrival_time: float = 0.0  # time.monotonic() when tokenized (same clock in every process)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.shape[0])
+
+
+@message
+@dataclass
+class BatchTokenizedEmbeddingReqInput:
+    """All inputs of one HTTP request, sent as one multipart message."""
+
+    reqs: list[TokenizedEmbeddingReqInput] = field(default_factory=list)
+
+
+@message
+@dataclass
+class AbortReq:
+    rids: list[str] = field(default_factory=list)
+
+
+@message
+@dataclass
+class BatchEmbeddingOutput:
+    """Column-wise results of one forward pass (plus any requests rejected without one).
+
+    `embeddings` holds one float32 row per rid; rows of failed rids are zeros and carry an
+    `error_codes` entry other than 0 (an HTTP status) with the message beside it.
+    """
+
+    rids: list[str]
+    worker_ids: list[int]
+    embeddings: np.ndarray  # float32 [n, dim]
+    prompt_tokens: list[int]
+    dimensions: list[Optional[int]]
+    encoding_formats: list[str]
+    error_codes: list[int]
+    error_messages: list[Optional[str]]
+    queue_times: list[float]  # seconds waiting before the forward began
+    inference_time: float = 0.0  # seconds of the forward pass
+
+    @staticmethod
+    def failure(reqs: list[TokenizedEmbeddingReqInput], code: int, msg: str) -> "BatchEmbeddingOutput":
+        n = len(reqs)
+        return BatchEmbeddingOutput(
+            rids=[r.rid for r in reqs],
+            worker_ids=[r.worker_id for r in reqs],
+            embeddings=np.zeros((n, 0), dtype=np.float32),
+            prompt_tokens=[r.num_tokens for r in reqs],
+            dimensions=[r.dimensions for r in reqs],
+            encoding_formats=[r.encoding_format for r in reqs],
+            error_codes=[code] * n,
+            error_messages=[msg] * n,
+            queue_times=[0.0] * n,
+        )
+
+
+@message
+@dataclass
+class BatchEmbeddingResult:
+    """Rendered results for one tokenizer worker: each payload is a ready JSON value (bytes)."""
+
+    rids: list[str]
+    payloads: list[bytes]
+    prompt_tokens: list[int]
+    error_codes: list[int]
+    error_messages: list[Optional[str]]
+    queue_times: list[float]
+    inference_time: float = 0.0
+
+
+@message
+@dataclass
+class ReadyInfo:
+    """What a child process reports once it can take work."""
+
+    process: str
+    model_info: dict[str, Any] = field(default_factory=dict)
+
+
+EmbeddingInput = Union[str, list[str], list[int], list[list[int]]]

@@ -1,0 +1,96 @@
+"""The scheduler: owns the ModelRunner, forms batches, runs them, ships pooled vectors out.
+
+`Scheduler` is the engine core and can be stepped in-process without sockets (tests drive it
+directly); `run_scheduler_process` wraps it in the ZeroMQ loop of the scheduler process.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections import OrderedDict
+from typing import Callable, Optional
+
+import numpy as np
+
+from sglang.srt.managers.errors import QUEUE_FULL_MESSAGE
+from sglang.srt.managers.io_struct import (
+    BatchEmbeddingOutput,
+    TokenizedEmbeddingReqInput,
+)
+from sglang.srt.managers.schedule_policy import BatchBudget, next_batch
+from sglang.srt.server_args import ServerArgs
+
+logger = logging.getLogger(__name__)
+
+# (token lists, token-type lists) -> float32 [B, dim]
+EmbedFn = Callable[[list[np.ndarray], list[Optional[np.ndarray]]], np.ndarray]
+
+
+class Scheduler:
+    def __init__(self, server_args: ServerArgs, embed_fn: EmbedFn,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.budget = BatchBudget(
+            max_batch_size=server_args.max_batch_size,
+            max_num_tokens=server_args.max_num_tokens,
+            max_queue_delay=server_args.max_queue_delay,
+        )
+        self.max_queue_size = server_args.max_queue_size
+        self.embed_fn = embed_fn
+        self.clock = clock
+        self.waiting: "OrderedDict[str, TokenizedEmbeddingReqInput]" = OrderedDict()
+
+    # ----- input -----
+    def add_requests(self, reqs: list[TokenizedEmbeddingReqInput]) -> Optional[BatchEmbeddingOutput]:
+        """Queue requests; those beyond --max-queue-size are answered 429 at once (returned)."""
+        room = self.max_queue_size - len(self.waiting)
+        accepted = reqs if room >= len(reqs) else []
+        # All inputs of one HTTP request share its fate: a partial 429 would be useless to the client.
+        for req in accepted:
+            self.waiting[req.rid] = req
+        rejected = reqs if not accepted else []
+        if rejected:
+            return BatchEmbeddingOutput.failure(rejected, 429, QUEUE_FULL_MESSAGE)
+        return None
+
+    def abort(self, rids: list[str]) -> int:
+        removed = 0
+        for rid in rids:
+            if self.waiting.pop(rid, None) is not None:
+                removed += 1
+        return removed
+
+    # ----- stepping -----
+    def step(self) -> tuple[Optional[BatchEmbeddingOutput], Optional[float]]:
+        """Run at most one batch. Returns (output or None, seconds until a batch may be due)."""
+        if not self.waiting:
+            return None, None
+        decision = next_batch(self.waiting.values(), self.budget, self.clock())
+        if decision.take == 0:
+            return None, decision.wait
+        batch = [self.waiting.popitem(last=False)[1] for _ in range(decision.take)]
+        out = self.run_batch(batch)
+        return out, (0.0 if self.waiting else None)
+
+    def run_batch(self, reqs: list[TokenizedEmbeddingReqInput]) -> BatchEmbeddingOutput:
+        start = self.clock()
+        try:
+            vectors = self.embed_fn([r.input_ids for r in reqs], [r.token_type_ids for r in reqs])
+        except Exception as e:  # a failing forward fails only its own requests
+            logger.error("forward pass failed for %d requests: %s\n%s", len(reqs), e, traceback.format_exc())
+            return BatchEmbeddingOutput.failure(reqs, 500, f"Internal error during the forward pass: {e}")
+        elapsed = self.clock() - start
+        n = len(reqs)
+        return BatchEmbeddingOutput(
+            rids=[r.rid for r in reqs],
+            worker_ids=[r.worker_id for r in reqs],
+            embeddings=np.ascontiguousarray(vectors, dtype=np.float32),
+            prompt_tokens=[r.num_tokens for r in reqs],
+            dimensions=[r.dimensions for r in reqs],
+            encoding_formats=[r.encoding_format for r in reqs],
+            error_codes=[0] * n,
+            error_messages=[None] * n,
+            queue_times=[max(0.0, start - r.arrival_time) for r in reqs],
+            inference_time=elapsed,
+        )

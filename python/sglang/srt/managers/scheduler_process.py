@@ -1,0 +1,80 @@
+"""The scheduler process: ZeroMQ in, Scheduler steps, ZeroMQ out. Blocks (0% CPU) when idle."""
+
+from __future__ import annotations
+
+import logging
+import traceback
+
+import zmq
+
+from sglang.srt.managers.io_struct import AbortReq, BatchTokenizedEmbeddingReqInput
+from sglang.srt.managers.scheduler import Scheduler
+from sglang.srt.server_args import ConfigError, ServerArgs
+from sglang.srt.utils.logging_utils import configure_logging
+from sglang.srt.utils.msgcodec import decode, encode
+from sglang.srt.utils.network import PortArgs, make_socket
+from sglang.srt.utils.process import prepare_child_process
+
+logger = logging.getLogger(__name__)
+
+
+def run_scheduler_process(server_args: ServerArgs, port_args: PortArgs, ready_pipe, parent_pid: int) -> None:
+    prepare_child_process(parent_pid)
+    configure_logging(server_args.log_level, "scheduler")
+    try:
+        from sglang.srt.model_executor.model_runner import ModelRunner
+
+        runner = ModelRunner(server_args)
+        scheduler = Scheduler(server_args, runner.embed)
+        ctx = zmq.Context()
+        recv = make_socket(ctx, zmq.PULL, port_args.scheduler_input, bind=True)
+        send = make_socket(ctx, zmq.PUSH, port_args.detokenizer_input, bind=False)
+    except ConfigError as e:
+        ready_pipe.send({"status": "error", "message": str(e)})
+        raise SystemExit(1)
+    except Exception as e:  # unexpected: keep the traceback in the log, one line for the user
+        logger.error("scheduler failed to start:\n%s", traceback.format_exc())
+        ready_pipe.send({"status": "error", "message": f"{type(e).__name__}: {e}"})
+        raise SystemExit(1)
+    ready_pipe.send({"status": "ready", "model_info": runner.model_info()})
+    ready_pipe.close()
+    SchedulerLoop(scheduler, recv, send).run_forever()
+
+
+class SchedulerLoop:
+    def __init__(self, scheduler: Scheduler, recv: zmq.Socket, send: zmq.Socket) -> None:
+        self.scheduler = scheduler
+        self.recv = recv
+        self.send = send
+        self.poller = zmq.Poller()
+        self.poller.register(recv, zmq.POLLIN)
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                frames = self.recv.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            try:
+                msg = decode(frames)
+            except Exception as e:
+                logger.error("dropping an undecodable message: %s", e)
+                continue
+            if isinstance(msg, BatchTokenizedEmbeddingReqInput):
+                rejected = self.scheduler.add_requests(msg.reqs)
+                if rejected is not None:
+                    self.send.send_multipart(encode(rejected), copy=False)
+            elif isinstance(msg, AbortReq):
+                self.scheduler.abort(msg.rids)
+            else:
+                logger.error("scheduler got an unexpected %s", type(msg).__name__)
+
+    def run_forever(self) -> None:
+        wait: float | None = None
+        while True:
+            timeout_ms = -1 if wait is None else max(0, int(wait * 1000))
+            self.poller.poll(timeout_ms)
+            self._drain()
+            out, wait = self.scheduler.step()
+            if out is not None:
+                self.send.send_multipart(encode(out), copy=False)

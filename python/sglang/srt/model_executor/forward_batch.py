@@ -1,0 +1,83 @@
+"""ForwardBatch: one batch of packed sequences, handed explicitly to every layer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+import numpy as np
+import torch
+
+if TYPE_CHECKING:
+    from sglang.srt.layers.attention.base import AttentionBackend
+
+
+@dataclass
+class ForwardBatch:
+    """Sequences packed end to end without padding; `cu_seqlens` marks where each one starts.
+
+    Built once per batch; attention backends hang their per-batch metadata on `attn_metadata`.
+    """
+
+    input_ids: torch.Tensor  # [T] int64
+    positions: torch.Tensor  # [T] int64, 0-based within each sequence
+    seq_lens: torch.Tensor  # [B] int32
+    cu_seqlens: torch.Tensor  # [B + 1] int32
+    seq_ids: torch.Tensor  # [T] int64, which sequence each token belongs to
+    seq_lens_cpu: list[int]
+    max_seqlen: int
+    token_type_ids: Optional[torch.Tensor] = None  # [T] int64
+    attn_backend: Optional["AttentionBackend"] = None
+    attn_metadata: Any = None
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.seq_lens_cpu)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @classmethod
+    def from_token_lists(
+        cls,
+        token_lists: Sequence[np.ndarray],
+        device: torch.device | str,
+        token_type_lists: Optional[Sequence[Optional[np.ndarray]]] = None,
+        attn_backend: Optional["AttentionBackend"] = None,
+    ) -> "ForwardBatch":
+        lens = np.fromiter((len(t) for t in token_lists), dtype=np.int64, count=len(token_lists))
+        if lens.size == 0 or lens.min() < 1:
+            raise ValueError("every sequence in a batch needs at least one token")
+        total = int(lens.sum())
+        cu = np.zeros(lens.size + 1, dtype=np.int64)
+        np.cumsum(lens, out=cu[1:])
+        ids = np.concatenate(token_lists).astype(np.int64, copy=False)
+        seq_ids = np.repeat(np.arange(lens.size, dtype=np.int64), lens)
+        positions = np.arange(total, dtype=np.int64) - cu[:-1][seq_ids]
+        types = None
+        if token_type_lists is not None and any(t is not None for t in token_type_lists):
+            types = np.concatenate(
+                [t if t is not None else np.zeros(n, np.int64) for t, n in zip(token_type_lists, lens)]
+            ).astype(np.int64, copy=False)
+
+        def to_dev(a: np.ndarray, dtype=None) -> torch.Tensor:
+            t = torch.from_numpy(a)
+            if dtype is not None:
+                t = t.to(dtype)
+            return t.to(device, non_blocking=True)
+
+        batch = cls(
+            input_ids=to_dev(ids),
+            positions=to_dev(positions),
+            seq_lens=to_dev(lens, torch.int32),
+            cu_seqlens=to_dev(cu, torch.int32),
+            seq_ids=to_dev(seq_ids),
+            seq_lens_cpu=lens.tolist(),
+            max_seqlen=int(lens.max()),
+            token_type_ids=to_dev(types) if types is not None else None,
+            attn_backend=attn_backend,
+        )
+        if attn_backend is not None:
+            attn_backend.init_forward_metadata(batch)
+        return batch

@@ -1,0 +1,87 @@
+"""Iterate a checkpoint's tensors (safetensors, sharded or not, else pytorch .bin) and load them."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from typing import Callable, Iterable, Iterator, Optional
+
+import torch
+from torch import nn
+
+from sglang.srt.layers.linear import default_weight_loader
+from sglang.srt.server_args import ConfigError
+
+# (fused parameter fragment, checkpoint fragment, shard id)
+StackedMapping = list[tuple[str, str, object]]
+
+
+def _weight_files(model_dir: str) -> tuple[list[str], str]:
+    index = os.path.join(model_dir, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        with open(index, encoding="utf-8") as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+        return [os.path.join(model_dir, s) for s in shards], "safetensors"
+    files = sorted(glob.glob(os.path.join(model_dir, "*.safetensors")))
+    if files:
+        return files, "safetensors"
+    index = os.path.join(model_dir, "pytorch_model.bin.index.json")
+    if os.path.isfile(index):
+        with open(index, encoding="utf-8") as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+        return [os.path.join(model_dir, s) for s in shards], "bin"
+    files = sorted(glob.glob(os.path.join(model_dir, "pytorch_model*.bin")))
+    if files:
+        return files, "bin"
+    raise ConfigError(f"No weights (*.safetensors or pytorch_model*.bin) found in {model_dir}")
+
+
+def iterate_weights(model_dir: str) -> Iterator[tuple[str, torch.Tensor]]:
+    files, kind = _weight_files(model_dir)
+    for path in files:
+        if kind == "safetensors":
+            from safetensors import safe_open
+
+            with safe_open(path, framework="pt") as f:
+                for name in f.keys():
+                    yield name, f.get_tensor(name)
+        else:
+            # weights_only: a checkpoint cannot run code on load.
+            state = torch.load(path, map_location="cpu", weights_only=True)
+            yield from state.items()
+            del state
+
+
+def load_weights_into(
+    model: nn.Module,
+    weights: Iterable[tuple[str, torch.Tensor]],
+    stacked: StackedMapping = (),
+    rename: Optional[Callable[[str], Optional[str]]] = None,
+) -> set[str]:
+    """Load checkpoint tensors into `model`; returns the names of the parameters it filled.
+
+    `rename` maps a checkpoint name onto the model's naming (None: skip the tensor). `stacked`
+    sends q/k/v-style names into fused parameters through their weight_loader.
+    """
+    params = dict(model.named_parameters())
+    loaded: set[str] = set()
+    for ckpt_name, tensor in weights:
+        name = rename(ckpt_name) if rename else ckpt_name
+        if name is None:
+            continue
+        shard_id = None
+        for fused, part, sid in stacked:
+            if part in name:
+                name, shard_id = name.replace(part, fused), sid
+                break
+        param = params.get(name)
+        if param is None:
+            continue
+        loader = getattr(param, "weight_loader", default_weight_loader)
+        try:
+            loader(param, tensor.to(param.dtype), shard_id)
+        except ValueError as e:
+            raise ConfigError(f"Checkpoint tensor {ckpt_name} does not fit the model: {e}") from e
+        loaded.add(name)
+    return loaded

@@ -1,0 +1,149 @@
+"""BERT-family encoder (BertModel) over packed sequences."""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+import torch
+from torch import nn
+
+from sglang.srt.layers.activation import get_activation
+from sglang.srt.layers.attention.layer import AttentionLayer
+from sglang.srt.layers.layernorm import LayerNorm
+from sglang.srt.layers.linear import Linear, QKVLinear, default_weight_loader
+from sglang.srt.model_executor.forward_batch import ForwardBatch
+from sglang.srt.model_loader.weight_utils import load_weights_into
+
+
+def _embedding(num: int, dim: int) -> nn.Embedding:
+    emb = nn.Embedding(num, dim)
+    emb.weight.requires_grad_(False)
+    emb.weight.weight_loader = default_weight_loader
+    return emb
+
+
+class BertEmbeddings(nn.Module):
+    def __init__(self, config, position_offset: int = 0) -> None:
+        super().__init__()
+        self.word_embeddings = _embedding(config.vocab_size, config.hidden_size)
+        self.position_embeddings = _embedding(config.max_position_embeddings, config.hidden_size)
+        self.token_type_embeddings = _embedding(max(1, config.type_vocab_size), config.hidden_size)
+        self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+        self.position_offset = position_offset  # RoBERTa numbers positions from padding_idx + 1
+
+    def forward(self, fb: ForwardBatch) -> torch.Tensor:
+        x = self.word_embeddings(fb.input_ids)
+        x = x + self.position_embeddings(fb.positions + self.position_offset)
+        if fb.token_type_ids is not None:
+            x = x + self.token_type_embeddings(fb.token_type_ids)
+        else:
+            x = x + self.token_type_embeddings.weight[0]
+        return self.LayerNorm(x)
+
+
+class BertSelfAttention(nn.Module):
+    def __init__(self, config, layer_id: int) -> None:
+        super().__init__()
+        heads = config.num_attention_heads
+        head_dim = config.hidden_size // heads
+        self.qkv_proj = QKVLinear(config.hidden_size, head_dim, heads, bias=True)
+        self.attn = AttentionLayer(heads, head_dim, causal=False, layer_id=layer_id)
+
+    def forward(self, x: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
+        q, k, v = self.qkv_proj.split(self.qkv_proj(x))
+        return self.attn(q, k, v, fb)
+
+
+class BertOutput(nn.Module):
+    """dense -> residual add -> LayerNorm (used after attention and after the MLP)."""
+
+    def __init__(self, in_features: int, hidden: int, eps: float) -> None:
+        super().__init__()
+        self.dense = Linear(in_features, hidden)
+        self.LayerNorm = LayerNorm(hidden, eps)
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.dense(x) + residual)
+
+
+class BertAttention(nn.Module):
+    def __init__(self, config, layer_id: int) -> None:
+        super().__init__()
+        self.self = BertSelfAttention(config, layer_id)
+        self.output = BertOutput(config.hidden_size, config.hidden_size, config.layer_norm_eps)
+
+    def forward(self, x: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
+        return self.output(self.self(x, fb), x)
+
+
+class BertIntermediate(nn.Module):
+    def __init__(self, config) -> None:
+        super().__init__()
+        self.dense = Linear(config.hidden_size, config.intermediate_size)
+        self.act = get_activation(config.hidden_act)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.dense(x))
+
+
+class BertLayer(nn.Module):
+    def __init__(self, config, layer_id: int) -> None:
+        super().__init__()
+        self.attention = BertAttention(config, layer_id)
+        self.intermediate = BertIntermediate(config)
+        self.output = BertOutput(config.intermediate_size, config.hidden_size, config.layer_norm_eps)
+
+    def forward(self, x: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
+        h = self.attention(x, fb)
+        return self.output(self.intermediate(h), h)
+
+
+class BertEncoder(nn.Module):
+    def __init__(self, config) -> None:
+        super().__init__()
+        self.layer = nn.ModuleList(BertLayer(config, i) for i in range(config.num_hidden_layers))
+
+    def forward(self, x: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
+        for layer in self.layer:
+            x = layer(x, fb)
+        return x
+
+
+class BertModel(nn.Module):
+    """Returns per-token hidden states [T, hidden]; pooling happens in the model runner."""
+
+    stacked_params_mapping = [
+        ("self.qkv_proj.", "self.query.", "q"),
+        ("self.qkv_proj.", "self.key.", "k"),
+        ("self.qkv_proj.", "self.value.", "v"),
+    ]
+    # Prefixes that wrap the encoder in task checkpoints (BertForMaskedLM, RobertaModel, ...).
+    checkpoint_prefixes = ("bert.", "roberta.", "model.")
+
+    def __init__(self, config, position_offset: int = 0) -> None:
+        super().__init__()
+        self.config = config
+        self.embeddings = BertEmbeddings(config, position_offset)
+        self.encoder = BertEncoder(config)
+
+    def embed(self, fb: ForwardBatch) -> torch.Tensor:
+        return self.embeddings(fb)
+
+    def run_layers(self, hidden: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
+        return self.encoder(hidden, fb)
+
+    def forward(self, fb: ForwardBatch) -> torch.Tensor:
+        return self.run_layers(self.embed(fb), fb)
+
+    def _rename(self, name: str) -> Optional[str]:
+        for prefix in self.checkpoint_prefixes:
+            if name.startswith(prefix):
+                name = name[len(prefix):]
+                break
+        if not name.startswith(("embeddings.", "encoder.")):
+            return None  # pooler, MLM / classification heads
+        # Old TF-converted checkpoints call LayerNorm parameters gamma / beta.
+        return name.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        return load_weights_into(self, weights, self.stacked_params_mapping, self._rename)

