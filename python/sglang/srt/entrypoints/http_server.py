@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import signal
+import threading
 import time
 from contextlib import asynccontextmanager
 from typing import Optional
 
 import orjson
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
@@ -45,6 +49,9 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, Optional[str]
     loc = [str(x) for x in first.get("loc", ()) if x != "body"]
     if first.get("type") == "json_invalid":
         return "The request body is not valid JSON.", None
+    if loc and loc[0] == "input":
+        return ("'input' must be a string, a list of strings, a list of token ids, "
+                "or a list of token-id lists."), "input"
     where = ".".join(loc) if loc else "body"
     return f"Invalid request: {where}: {first.get('msg', 'invalid value')}", (loc[0] if loc else None)
 
@@ -121,8 +128,6 @@ def create_app(server_args: ServerArgs, port_args: PortArgs, model_info: dict,
 
 def launch_server(server_args: ServerArgs) -> int:
     """Run the server until Ctrl-C / SIGTERM (exit 0) or a child process dies (exit 1)."""
-    import uvicorn
-
     configure_logging(server_args.log_level)
     if not is_port_available(server_args.host, server_args.port):
         raise ConfigError(f"Port {server_args.port} on {server_args.host} is already in use")
@@ -137,7 +142,7 @@ def launch_server(server_args: ServerArgs) -> int:
             timeout_keep_alive=30,
             access_log=server_args.log_level == "debug",
         )
-        server = uvicorn.Server(config)
+        server = _Server(config)
 
         def on_death(reason: str) -> None:
             nonlocal exit_code
@@ -157,6 +162,26 @@ def launch_server(server_args: ServerArgs) -> int:
     if exit_code:
         logger.error("the engine died; exiting with status %d", exit_code)
     return exit_code
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, minus re-raising SIGINT/SIGTERM after shutdown.
+
+    uvicorn re-raises the signal so that the process dies by it; we still have children to stop
+    and IPC files to remove, and a graceful stop should exit 0.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
 
 async def _serve(server) -> None:

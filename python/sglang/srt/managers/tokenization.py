@@ -8,7 +8,7 @@ import numpy as np
 
 from sglang.srt.managers.errors import EmbeddingError
 from sglang.srt.managers.io_struct import EmbeddingReqInput
-from sglang.srt.server_args import ServerArgs
+from sglang.srt.server_args import ConfigError, ServerArgs
 
 TokenizedItem = tuple[np.ndarray, Optional[np.ndarray]]  # (input_ids, token_type_ids)
 
@@ -16,7 +16,12 @@ TokenizedItem = tuple[np.ndarray, Optional[np.ndarray]]  # (input_ids, token_typ
 def load_tokenizer(path: str, trust_remote_code: bool):
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    try:
+        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except ValueError as e:
+        if "trust_remote_code" in str(e) and not trust_remote_code:
+            raise ConfigError(f"The tokenizer at {path} ships custom code; add --trust-remote-code to load it") from e
+        raise
     # We enforce the context length ourselves; silence the tokenizer's own over-length warning.
     tok.model_max_length = 1 << 30
     return tok
@@ -36,14 +41,9 @@ class InputTokenizer:
         self.max_num_tokens = server_args.max_num_tokens
 
     def tokenize(self, req: EmbeddingReqInput) -> list[TokenizedItem]:
-        if req.text is not None:
-            items = self._from_text(req.text)
-        elif req.input_ids is not None:
-            items = self._from_ids(req.input_ids)
-        else:
+        if req.batch_size == 0:
             raise EmbeddingError(400, "Input cannot be empty.", param="input")
-        if not items:
-            raise EmbeddingError(400, "Input cannot be empty.", param="input")
+        items = self._from_text(req.text) if req.text is not None else self._from_ids(req.input_ids)
         for ids, _ in items:
             if len(ids) > self.max_num_tokens:
                 raise EmbeddingError(

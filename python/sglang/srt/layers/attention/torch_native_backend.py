@@ -1,16 +1,18 @@
-"""CPU / reference attention with torch's scaled_dot_product_attention.
+"""CPU / reference attention with torch's scaled_dot_product_attention over packed sequences.
 
-Linear layers run on the packed tokens; only attention sees padding. Per batch we compute, once,
-where each packed token sits in a [B, L_max] grid and the mask of real keys; every layer then
-scatters q/k/v into that grid, runs one batched SDPA call and gathers the real rows back. A batch of
-one sequence skips the grid entirely. (Measured on 2 CPU cores against one SDPA call per sequence
-and a block-diagonal mask over all tokens: see benchmark/bench_attention_cpu.py and
-benchmark/NOTES.md.)
+Linear layers run on the packed tokens; only attention needs a [batch, heads, len, dim] layout.
+Per batch we sort the sequences by length and cut them into groups whose padding stays under
+`max_padding`: each group is one SDPA call over a [group, len] grid, and a group of one sequence is
+a plain view of the packed tokens. With the default `max_padding=0`, only sequences of identical
+length share a call, so there is no padding and no mask at all; padding the whole batch to its
+longest sequence was several times slower on mixed lengths (quadratic waste, and the masked SDPA
+path is slower on CPU). benchmark/bench_attention_cpu.py measures the options; benchmark/NOTES.md
+keeps the numbers.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
 import torch
@@ -24,76 +26,121 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class TorchNativeMetadata:
-    batch_size: int
+class AttnGroup:
+    """Sequences attended together in one padded SDPA call."""
+
+    num_seqs: int
     max_len: int
-    grid_index: Optional[torch.Tensor]  # [T] flat index into B * L_max (None: single sequence)
-    key_valid: Optional[torch.Tensor]  # [B, L_max] bool
-    masks: dict  # (causal, window) -> [B, 1, L, L] bool, built lazily and shared by layers
+    span: Optional[tuple[int, int]]  # a lone sequence: its [start, end) in the packed tokens
+    gather: Optional[torch.Tensor] = None  # [num_seqs * max_len] packed-token index per grid slot
+    scatter: Optional[torch.Tensor] = None  # [n_real] packed index of each real token, grid order
+    real_slots: Optional[torch.Tensor] = None  # [n_real] grid slot of each real token (None: no pads)
+    key_valid: Optional[torch.Tensor] = None  # [num_seqs, max_len] bool (None: no pads)
+    masks: dict = field(default_factory=dict)  # (causal, window) -> bool mask, built once per batch
+
+
+def plan_groups(lengths: list[int], max_padding: float = 0.0) -> list[list[int]]:
+    """Sequence indices grouped longest-first so that padded slots <= (1 + max_padding) * real."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    groups: list[list[int]] = []
+    real = 0
+    for i in order:
+        if groups:
+            cur = groups[-1]
+            longest = lengths[cur[0]]
+            if (len(cur) + 1) * longest <= (1.0 + max_padding) * (real + lengths[i]):
+                cur.append(i)
+                real += lengths[i]
+                continue
+        groups.append([i])
+        real = lengths[i]
+    return groups
 
 
 class TorchNativeAttnBackend(AttentionBackend):
     name = "torch_native"
 
-    def init_forward_metadata(self, forward_batch: "ForwardBatch") -> None:
-        b, lmax = forward_batch.batch_size, forward_batch.max_seqlen
-        if b == 1:
-            forward_batch.attn_metadata = TorchNativeMetadata(1, lmax, None, None, {})
-            return
-        device = forward_batch.input_ids.device
-        grid_index = forward_batch.seq_ids * lmax + forward_batch.positions
-        ar = torch.arange(lmax, device=device)
-        key_valid = ar.unsqueeze(0) < forward_batch.seq_lens.to(device).unsqueeze(1)
-        forward_batch.attn_metadata = TorchNativeMetadata(b, lmax, grid_index, key_valid, {})
+    def __init__(self, max_padding: float = 0.0) -> None:
+        self.max_padding = max_padding
 
-    def _mask(self, meta: TorchNativeMetadata, layer: "AttentionLayer", device) -> Optional[torch.Tensor]:
+    def init_forward_metadata(self, forward_batch: "ForwardBatch") -> None:
+        lens = forward_batch.seq_lens_cpu
+        starts = [0] * len(lens)
+        for i in range(1, len(lens)):
+            starts[i] = starts[i - 1] + lens[i - 1]
+        device = forward_batch.input_ids.device
+        groups = []
+        for members in plan_groups(lens, self.max_padding):
+            if len(members) == 1:
+                s = starts[members[0]]
+                groups.append(AttnGroup(1, lens[members[0]], (s, s + lens[members[0]])))
+                continue
+            groups.append(self._padded_group(members, lens, starts, device))
+        forward_batch.attn_metadata = groups
+
+    @staticmethod
+    def _padded_group(members: list[int], lens: list[int], starts: list[int], device) -> AttnGroup:
+        g, lmax = len(members), lens[members[0]]
+        seq_len = torch.tensor([lens[i] for i in members], dtype=torch.long)
+        seq_start = torch.tensor([starts[i] for i in members], dtype=torch.long)
+        pos = torch.arange(lmax, dtype=torch.long)
+        valid = pos[None, :] < seq_len[:, None]  # [g, lmax]
+        # Pad slots read the sequence's first token: finite values, masked out as keys, dropped as queries.
+        gather = seq_start[:, None] + torch.where(valid, pos[None, :], torch.zeros_like(pos)[None, :])
+        slots = torch.nonzero(valid.flatten(), as_tuple=False).squeeze(1)
+        padded = bool((~valid).any())
+        return AttnGroup(
+            g, lmax, None,
+            gather=gather.flatten().to(device),
+            scatter=gather.flatten()[slots].to(device),
+            real_slots=slots.to(device) if padded else None,
+            key_valid=valid.to(device) if padded else None,
+        )
+
+    @staticmethod
+    def _mask(group: AttnGroup, layer: "AttentionLayer", device) -> Optional[torch.Tensor]:
+        """Boolean mask (True: attend) or None when SDPA needs none / only is_causal."""
         key = (layer.causal, layer.sliding_window)
-        mask = meta.masks.get(key)
-        if mask is not None or key in meta.masks:
-            return mask
-        lmax = meta.max_len
-        mask = None
-        if meta.key_valid is not None:
-            mask = meta.key_valid[:, None, None, :]  # [B, 1, 1, L]
-        if layer.causal or layer.sliding_window is not None:
-            i = torch.arange(lmax, device=device)
-            rel = i[None, :] - i[:, None]  # key - query
-            allowed = torch.ones(lmax, lmax, dtype=torch.bool, device=device)
+        if key in group.masks:
+            return group.masks[key]
+        mask = group.key_valid[:, None, None, :] if group.key_valid is not None else None
+        needs_pattern = layer.sliding_window is not None or (layer.causal and mask is not None)
+        if needs_pattern:
+            i = torch.arange(group.max_len, device=device)
+            rel = i[None, :] - i[:, None]  # key index - query index
+            allowed = torch.ones(group.max_len, group.max_len, dtype=torch.bool, device=device)
             if layer.causal:
                 allowed &= rel <= 0
             if layer.sliding_window is not None:
                 allowed &= rel.abs() < layer.sliding_window
-            mask = allowed[None, None] if mask is None else (mask & allowed[None, None])
-        meta.masks[key] = mask
+            mask = allowed[None, None] if mask is None else mask & allowed[None, None]
+        group.masks[key] = mask
         return mask
 
     def forward(self, q, k, v, layer: "AttentionLayer", forward_batch: "ForwardBatch") -> torch.Tensor:
-        meta: TorchNativeMetadata = forward_batch.attn_metadata
-        t = q.shape[0]
         h, hk, d = layer.num_heads, layer.num_kv_heads, layer.head_dim
         gqa = hk != h
-        if meta.grid_index is None:
-            # One sequence: [1, H, T, D] with no padding at all.
-            qs = q.view(1, t, h, d).transpose(1, 2)
-            ks = k.view(1, t, hk, d).transpose(1, 2)
-            vs = v.view(1, t, hk, d).transpose(1, 2)
-            mask = None if (layer.causal and layer.sliding_window is None) else self._mask(meta, layer, q.device)
-            out = F.scaled_dot_product_attention(
-                qs, ks, vs, attn_mask=mask, is_causal=layer.causal and mask is None,
-                scale=layer.scaling, enable_gqa=gqa,
-            )
-            return out.transpose(1, 2).reshape(t, h * d)
-
-        b, lmax = meta.batch_size, meta.max_len
-        idx = meta.grid_index
-
-        def to_grid(x: torch.Tensor, heads: int) -> torch.Tensor:
-            grid = x.new_zeros(b * lmax, heads * d)
-            grid.index_copy_(0, idx, x)
-            return grid.view(b, lmax, heads, d).transpose(1, 2)
-
-        out = F.scaled_dot_product_attention(
-            to_grid(q, h), to_grid(k, hk), to_grid(v, hk),
-            attn_mask=self._mask(meta, layer, q.device), scale=layer.scaling, enable_gqa=gqa,
-        )
-        return out.transpose(1, 2).reshape(b * lmax, h * d).index_select(0, idx)
+        out = torch.empty_like(q)
+        for group in forward_batch.attn_metadata:
+            g, lmax = group.num_seqs, group.max_len
+            if group.span is not None:
+                s, e = group.span
+                qg, kg, vg = q[s:e], k[s:e], v[s:e]
+            else:
+                qg, kg, vg = (x.index_select(0, group.gather) for x in (q, k, v))
+            mask = self._mask(group, layer, q.device)
+            og = F.scaled_dot_product_attention(
+                qg.view(g, lmax, h, d).transpose(1, 2),
+                kg.view(g, lmax, hk, d).transpose(1, 2),
+                vg.view(g, lmax, hk, d).transpose(1, 2),
+                attn_mask=mask,
+                is_causal=layer.causal and mask is None,
+                scale=layer.scaling,
+                enable_gqa=gqa,
+            ).transpose(1, 2).reshape(g * lmax, h * d)
+            if group.span is not None:
+                out[group.span[0]:group.span[1]] = og
+            else:
+                real = og if group.real_slots is None else og.index_select(0, group.real_slots)
+                out.index_copy_(0, group.scatter, real)
+        return out

@@ -1,0 +1,50 @@
+"""The offline Engine: same processes as the server, no HTTP."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import numpy as np
+import pytest
+
+import sglang
+from sglang.srt.managers.errors import EmbeddingError
+from test.helpers.texts import load_texts
+
+pytestmark = pytest.mark.slow
+
+
+def test_engine_matches_sentence_transformers_with_auto_truncate():
+    from sentence_transformers import SentenceTransformer
+
+    texts = load_texts()
+    with sglang.Engine(allow_auto_truncate=True) as engine:
+        out = engine.encode(texts)
+        single = engine.encode(texts[0])
+        assert isinstance(single, dict) and len(single["embedding"]) == 384
+        ids_out = engine.encode([101, 7592, 2088, 102])
+        text_out = engine.encode("hello world")
+        with pytest.raises(EmbeddingError) as err:
+            engine.encode(["fine", ""])
+        assert err.value.status == 400
+        children = mp.active_children()
+        assert len(children) == 2
+    assert not any(p.is_alive() for p in children)
+
+    ours = np.asarray([o["embedding"] for o in out], dtype=np.float32)
+    st = SentenceTransformer(engine.server_args.model_path, device="cpu")
+    ref = st.encode(texts, batch_size=32)
+    cos = (ours * ref).sum(1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(ref, axis=1))
+    assert len(texts) >= 100 and cos.min() >= 0.9999
+    # Long texts were cut at the 256-token limit, exactly as sentence-transformers cuts them.
+    assert max(o["meta_info"]["prompt_tokens"] for o in out) == 256
+    np.testing.assert_allclose(single["embedding"], out[0]["embedding"], atol=1e-5)
+    np.testing.assert_allclose(ids_out["embedding"], text_out["embedding"], atol=1e-6)
+
+
+def test_engine_shutdown_is_idempotent():
+    engine = sglang.Engine(max_batch_size=4)
+    assert engine.get_model_info()["embedding_dim"] == 384
+    engine.shutdown()
+    engine.shutdown()
+    assert not mp.active_children()

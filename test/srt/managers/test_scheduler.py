@@ -1,0 +1,91 @@
+"""The engine core stepped in-process, with a fake forward pass (no sockets, no model)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sglang.srt.managers.io_struct import TokenizedEmbeddingReqInput
+from sglang.srt.managers.scheduler import Scheduler
+from sglang.srt.server_args import ServerArgs
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _req(rid: str, n: int = 3, t: float = 100.0) -> TokenizedEmbeddingReqInput:
+    return TokenizedEmbeddingReqInput(rid=rid, worker_id=0, input_ids=np.arange(n, dtype=np.int32), arrival_time=t)
+
+
+def _args(**kw) -> ServerArgs:
+    return ServerArgs(**kw)
+
+
+def _sum_embed(batches):
+    def fn(ids, types):
+        batches.append([len(x) for x in ids])
+        return np.stack([np.full(4, float(len(x)), np.float32) for x in ids])
+    return fn
+
+
+def test_step_runs_fifo_batches_under_budget():
+    seen = []
+    s = Scheduler(_args(max_batch_size=2, max_num_tokens=100), _sum_embed(seen), Clock())
+    assert s.add_requests([_req("a", 3), _req("b", 4), _req("c", 5)]) is None
+    out, wait = s.step()
+    assert out.rids == ["a", "b"] and wait == 0.0
+    np.testing.assert_array_equal(out.embeddings[:, 0], [3, 4])
+    out, wait = s.step()
+    assert out.rids == ["c"] and wait is None
+    assert s.step() == (None, None)
+
+
+def test_queue_full_rejects_whole_request_with_429():
+    s = Scheduler(_args(max_queue_size=3), _sum_embed([]), Clock())
+    assert s.add_requests([_req("a"), _req("b")]) is None
+    rejected = s.add_requests([_req("c"), _req("d")])
+    assert rejected.rids == ["c", "d"] and rejected.error_codes == [429, 429]
+    assert "queue is full" in rejected.error_messages[0]
+    assert list(s.waiting) == ["a", "b"]  # what was queued is untouched
+
+
+def test_abort_drops_queued_requests_before_compute():
+    seen = []
+    s = Scheduler(_args(), _sum_embed(seen), Clock())
+    s.add_requests([_req("a"), _req("b"), _req("c")])
+    assert s.abort(["b", "zzz"]) == 1
+    out, _ = s.step()
+    assert out.rids == ["a", "c"] and seen == [[3, 3]]
+
+
+def test_failing_forward_fails_only_its_batch():
+    calls = []
+
+    def flaky(ids, types):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("kernel exploded")
+        return np.zeros((len(ids), 4), np.float32)
+
+    s = Scheduler(_args(max_batch_size=1), flaky, Clock())
+    s.add_requests([_req("a"), _req("b")])
+    out, _ = s.step()
+    assert out.error_codes == [500] and "kernel exploded" in out.error_messages[0]
+    out, _ = s.step()
+    assert out.rids == ["b"] and out.error_codes == [0]
+
+
+def test_hold_window_reports_wait_and_fires_later():
+    clock = Clock()
+    s = Scheduler(_args(max_queue_delay=0.05), _sum_embed([]), clock)
+    s.add_requests([_req("a", t=clock.t)])
+    out, wait = s.step()
+    assert out is None and abs(wait - 0.05) < 1e-9
+    clock.t += 0.06
+    out, _ = s.step()
+    assert out.rids == ["a"]
+    assert abs(out.queue_times[0] - 0.06) < 1e-9

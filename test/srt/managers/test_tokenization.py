@@ -1,0 +1,68 @@
+"""Input validation and limits in the tokenizer stage, on the bundled MiniLM tokenizer."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang.srt.managers.errors import EmbeddingError
+from sglang.srt.managers.io_struct import EmbeddingReqInput
+from sglang.srt.managers.tokenization import InputTokenizer, load_tokenizer
+from sglang.srt.server_args import ServerArgs
+
+INFO = {"max_input_length": 16, "vocab_size": 30522}
+
+
+@pytest.fixture(scope="module")
+def hf_tokenizer():
+    return load_tokenizer(ServerArgs().tokenizer_path, False)
+
+
+def _tok(hf_tokenizer, **kw):
+    return InputTokenizer(ServerArgs(**kw), INFO, tokenizer=hf_tokenizer)
+
+
+def _err(fn) -> EmbeddingError:
+    with pytest.raises(EmbeddingError) as e:
+        fn()
+    return e.value
+
+
+def test_text_gets_special_tokens(hf_tokenizer):
+    (ids, types), = _tok(hf_tokenizer).tokenize(EmbeddingReqInput(text=["hello world"]))
+    assert ids.tolist() == [101, 7592, 2088, 102] and types is None
+
+
+@pytest.mark.parametrize("texts", [[""], ["   "], ["ok", "\n\t"]])
+def test_empty_or_whitespace_text_is_400(hf_tokenizer, texts):
+    e = _err(lambda: _tok(hf_tokenizer).tokenize(EmbeddingReqInput(text=texts)))
+    assert e.status == 400 and "empty" in e.message and e.param == "input"
+
+
+def test_over_long_text_is_400_with_both_numbers(hf_tokenizer):
+    e = _err(lambda: _tok(hf_tokenizer).tokenize(EmbeddingReqInput(text=["word " * 40])))
+    assert e.message == "The input (42 tokens) is longer than the model's context length (16 tokens)."
+
+
+def test_auto_truncate_cuts_at_the_limit_keeping_sep(hf_tokenizer):
+    (ids, _), = _tok(hf_tokenizer, allow_auto_truncate=True).tokenize(EmbeddingReqInput(text=["word " * 40]))
+    assert len(ids) == 16 and ids[-1] == 102
+
+
+def test_token_ids_pass_through_and_are_checked(hf_tokenizer):
+    t = _tok(hf_tokenizer)
+    (ids, _), = t.tokenize(EmbeddingReqInput(input_ids=[[5, 6, 7]]))
+    assert ids.tolist() == [5, 6, 7]
+    assert _err(lambda: t.tokenize(EmbeddingReqInput(input_ids=[[5, -1]]))).status == 400
+    e = _err(lambda: t.tokenize(EmbeddingReqInput(input_ids=[[1], [30522]])))
+    assert "30522" in e.message and "index 1" in e.message
+    assert _err(lambda: t.tokenize(EmbeddingReqInput(input_ids=[[]]))).status == 400
+    assert _err(lambda: t.tokenize(EmbeddingReqInput(input_ids=[list(range(17))]))).status == 400
+
+
+def test_input_longer_than_batch_token_budget_is_400(hf_tokenizer):
+    e = _err(lambda: _tok(hf_tokenizer, max_num_tokens=8).tokenize(EmbeddingReqInput(text=["word " * 10])))
+    assert "12 tokens" in e.message and "--max-num-tokens 8" in e.message
+
+
+def test_empty_request_is_400(hf_tokenizer):
+    assert _err(lambda: _tok(hf_tokenizer).tokenize(EmbeddingReqInput(text=[]))).status == 400
