@@ -56,6 +56,25 @@ class EngineProcesses:
             raise
         return self.model_info
 
+    def start_http_workers(self, model_info: dict) -> None:
+        """Spawn the extra HTTP + tokenizer processes (worker ids 1..N-1) and wait until they serve."""
+        from sglang.srt.entrypoints.http_worker import run_http_worker_process
+
+        ctx = mp.get_context("spawn")
+        pending = []
+        for worker_id in range(1, self.server_args.tokenizer_worker_num):
+            reader, writer = ctx.Pipe(duplex=False)
+            proc = ctx.Process(
+                target=run_http_worker_process, name=f"sglang-http-{worker_id}",
+                args=(self.server_args, self.port_args, model_info, worker_id, writer, os.getpid()), daemon=True,
+            )
+            proc.start()
+            writer.close()
+            self.procs.append(proc)
+            pending.append((f"http-{worker_id}", reader, proc))
+        for name, reader, proc in pending:
+            self._wait_ready(name, reader, proc)
+
     def _wait_ready(self, name: str, reader, proc: mp.Process) -> dict:
         deadline = time.monotonic() + self.server_args.startup_timeout
         while True:
@@ -74,12 +93,22 @@ class EngineProcesses:
             if proc.sentinel in ready:
                 raise ConfigError(f"The {name} process exited during start-up (exit code {proc.exitcode})")
 
-    def watch(self, on_death: Callable[[str], None]) -> None:
-        """Call `on_death(reason)` from a thread if any child dies while we are not stopping."""
+    def begin_stop(self) -> None:
+        """We are shutting down on purpose: children exiting from now on are not a failure."""
+        self._stopping = True
+
+    def watch(self, on_death: Callable[[str], None], grace: float = 0.3) -> None:
+        """Call `on_death(reason)` from a thread if any child dies while we are not stopping.
+
+        A SIGTERM sent to the whole process group (systemd, `timeout`, `kill -- -PGID`) can reach
+        a child a moment before it reaches us, hence the short grace before calling it a crash.
+        """
 
         def _run() -> None:
             sentinels = {p.sentinel: p for p in self.procs}
             ready = mp_wait(list(sentinels))
+            if not self._stopping:
+                time.sleep(grace)
             if self._stopping:
                 return
             proc = sentinels[ready[0]]

@@ -3,29 +3,26 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import signal
-import threading
 import time
 from contextlib import asynccontextmanager
-from typing import Optional
+from typing import Awaitable, Callable, Optional, TypeVar
 
 import orjson
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sglang.srt.entrypoints.engine_processes import EngineProcesses
+from sglang.srt.entrypoints.http_worker import make_listen_socket, make_server, on_loop, serve
 from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest, ErrorResponse, ModelCard, ModelList
 from sglang.srt.entrypoints.openai.serving_embedding import OpenAIServingEmbedding
 from sglang.srt.managers.errors import EmbeddingError
 from sglang.srt.managers.tokenizer_manager import TokenizerManager
 from sglang.srt.server_args import ConfigError, ServerArgs
 from sglang.srt.utils.logging_utils import configure_logging
-from sglang.srt.utils.network import PortArgs, is_port_available
+from sglang.srt.utils.network import PortArgs
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +53,34 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, Optional[str]
     return f"Invalid request: {where}: {first.get('msg', 'invalid value')}", (loc[0] if loc else None)
 
 
+T = TypeVar("T")
+
+
+async def cancel_on_disconnect(raw: Request, work: Awaitable[T]) -> T:
+    """Await `work`, cancelling it if the client hangs up first.
+
+    Cancellation reaches TokenizerManager.embed, which tells the scheduler to drop the request's
+    inputs before they cost any compute.
+    """
+    task = asyncio.ensure_future(work)
+
+    async def watch() -> None:
+        while True:
+            message = await raw.receive()
+            if message["type"] == "http.disconnect":
+                task.cancel()
+                return
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        return await task
+    finally:
+        watcher.cancel()
+
+
 def create_app(server_args: ServerArgs, port_args: PortArgs, model_info: dict,
-               engine_alive=lambda: True, worker_id: int = 0) -> FastAPI:
+               engine_alive: Callable[[], bool] = lambda: True, worker_id: int = 0,
+               on_ready: Optional[Callable[[], None]] = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         # Sockets belong to the serving event loop, so the manager is made inside it.
@@ -65,6 +88,8 @@ def create_app(server_args: ServerArgs, port_args: PortArgs, model_info: dict,
         tm.start()
         app.state.tokenizer_manager = tm
         app.state.serving = OpenAIServingEmbedding(tm, server_args.served_model_name)
+        if on_ready is not None:
+            on_ready()
         yield
         await tm.close()
 
@@ -112,7 +137,7 @@ def create_app(server_args: ServerArgs, port_args: PortArgs, model_info: dict,
     async def embeddings(request: EmbeddingRequest, raw: Request):
         start = time.monotonic()
         rid = raw.headers.get("x-request-id")
-        body, result = await app.state.serving.create_embedding(request, rid)
+        body, result = await cancel_on_disconnect(raw, app.state.serving.create_embedding(request, rid))
         total = time.monotonic() - start
         headers = {
             "x-queue-time": f"{result.queue_time * 1000:.2f}",
@@ -129,76 +154,40 @@ def create_app(server_args: ServerArgs, port_args: PortArgs, model_info: dict,
 def launch_server(server_args: ServerArgs) -> int:
     """Run the server until Ctrl-C / SIGTERM (exit 0) or a child process dies (exit 1)."""
     configure_logging(server_args.log_level)
-    if not is_port_available(server_args.host, server_args.port):
-        raise ConfigError(f"Port {server_args.port} on {server_args.host} is already in use")
+    workers = server_args.tokenizer_worker_num
+    try:
+        sock = make_listen_socket(server_args.host, server_args.port, reuse_port=workers > 1)
+    except OSError as e:
+        raise ConfigError(f"Cannot listen on {server_args.host}:{server_args.port}: {e.strerror}") from e
     engine = EngineProcesses(server_args)
     logger.info("starting the engine for %s", server_args.model_path)
-    model_info = engine.start()
     exit_code = 0
     try:
+        model_info = engine.start()
+        engine.start_http_workers(model_info)
         app = create_app(server_args, engine.port_args, model_info, engine.alive)
-        config = uvicorn.Config(
-            app, host=server_args.host, port=server_args.port, log_level=server_args.log_level,
-            timeout_keep_alive=30,
-            access_log=server_args.log_level == "debug",
-        )
-        server = _Server(config)
+        server = make_server(app, server_args)
+        server.on_signal = engine.begin_stop
 
         def on_death(reason: str) -> None:
             nonlocal exit_code
             exit_code = 1
-            loop = getattr(server, "_sglang_loop", None)
             # Fail in-flight requests first, then stop serving so a supervisor restarts us.
-            if loop is not None:
-                loop.call_soon_threadsafe(_fail_all, app, reason)
+            on_loop(server, lambda: _fail_all(app, reason))
             server.should_exit = True
 
         engine.watch(on_death)
-        logger.info("serving %s on %s", server_args.served_model_name, server_args.url)
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            runner.run(_serve(server))
+        logger.info("serving %s on %s with %d HTTP worker(s)", server_args.served_model_name, server_args.url, workers)
+        serve(server, sock)
     finally:
+        sock.close()
         engine.shutdown()
     if exit_code:
         logger.error("the engine died; exiting with status %d", exit_code)
     return exit_code
 
 
-class _Server(uvicorn.Server):
-    """uvicorn's server, minus re-raising SIGINT/SIGTERM after shutdown.
-
-    uvicorn re-raises the signal so that the process dies by it; we still have children to stop
-    and IPC files to remove, and a graceful stop should exit 0.
-    """
-
-    @contextlib.contextmanager
-    def capture_signals(self):
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-
-
-async def _serve(server) -> None:
-    server._sglang_loop = asyncio.get_running_loop()
-    await server.serve()
-
-
 def _fail_all(app: FastAPI, reason: str) -> None:
     tm: Optional[TokenizerManager] = getattr(app.state, "tokenizer_manager", None)
     if tm is not None:
         tm.on_engine_dead(reason)
-
-
-def _loop_factory():
-    try:
-        import uvloop
-
-        return uvloop.new_event_loop
-    except ImportError:
-        return None

@@ -56,11 +56,12 @@ class ReqState:
 
 
 class TokenizerManager:
-    def __init__(self, server_args: ServerArgs, port_args: PortArgs, model_info: dict, worker_id: int = 0) -> None:
+    def __init__(self, server_args: ServerArgs, port_args: PortArgs, model_info: dict, worker_id: int = 0,
+                 tokenizer=None) -> None:
         self.server_args = server_args
         self.model_info = model_info
         self.worker_id = worker_id
-        self.input_tokenizer = InputTokenizer(server_args, model_info)
+        self.input_tokenizer = InputTokenizer(server_args, model_info, tokenizer)
         self.ctx = zmq.asyncio.Context()
         self.to_scheduler = make_socket(self.ctx, zmq.PUSH, port_args.scheduler_input, bind=False)
         self.from_detokenizer = make_socket(self.ctx, zmq.PULL, port_args.tokenizer_output(worker_id), bind=True)

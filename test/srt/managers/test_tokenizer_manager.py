@@ -1,0 +1,135 @@
+"""TokenizerManager over real ZeroMQ sockets, with the test playing scheduler and detokenizer."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+import zmq
+
+from sglang.srt.managers.errors import EmbeddingError
+from sglang.srt.managers.io_struct import (
+    AbortReq,
+    BatchEmbeddingResult,
+    BatchTokenizedEmbeddingReqInput,
+    EmbeddingReqInput,
+)
+from sglang.srt.managers.tokenization import load_tokenizer
+from sglang.srt.managers.tokenizer_manager import TokenizerManager
+from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.msgcodec import decode, encode
+from sglang.srt.utils.network import PortArgs, make_socket
+
+INFO = {"max_input_length": 256, "vocab_size": 30522}
+
+
+@pytest.fixture(scope="module")
+def hf_tokenizer():
+    return load_tokenizer(ServerArgs().tokenizer_path, False)
+
+
+@pytest.fixture
+def harness():
+    port_args = PortArgs.create()
+    ctx = zmq.Context()
+    sched = make_socket(ctx, zmq.PULL, port_args.scheduler_input, bind=True)
+    yield port_args, ctx, sched
+    ctx.destroy(linger=0)
+    port_args.cleanup()
+
+
+def _recv(sock, timeout_ms=5000):
+    assert sock.poll(timeout_ms), "nothing arrived"
+    return decode(sock.recv_multipart())
+
+
+def test_results_resolve_in_order_and_cancel_sends_abort(harness, hf_tokenizer):
+    port_args, ctx, sched = harness
+
+    async def scenario():
+        tm = TokenizerManager(ServerArgs(), port_args, INFO, tokenizer=hf_tokenizer)
+        tm.start()
+        detok = make_socket(ctx, zmq.PUSH, port_args.tokenizer_output(0), bind=False)
+        task = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["first", "second"])))
+        await asyncio.sleep(0.2)
+        msg = _recv(sched)
+        assert isinstance(msg, BatchTokenizedEmbeddingReqInput) and len(msg.reqs) == 2
+        rids = [r.rid for r in msg.reqs]
+        # Answer out of order: the result still comes back in input order.
+        detok.send_multipart(encode(BatchEmbeddingResult(
+            rids=rids[::-1], payloads=[b"[2.0]", b"[1.0]"], prompt_tokens=[3, 3], error_codes=[0, 0],
+            error_messages=[None, None], queue_times=[0.001, 0.002], inference_time=0.01)))
+        result = await asyncio.wait_for(task, 5)
+        assert result.payloads == [b"[1.0]", b"[2.0]"] and tm.num_in_flight == 0
+
+        # A cancelled request (client gone) is aborted at the scheduler.
+        task = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["third"])))
+        await asyncio.sleep(0.2)
+        queued = _recv(sched)
+        task.cancel()
+        await asyncio.sleep(0.1)
+        abort = _recv(sched)
+        assert isinstance(abort, AbortReq) and abort.rids == [queued.reqs[0].rid]
+        assert tm.num_in_flight == 0
+
+        # An error for one input fails the request and aborts its other inputs.
+        task = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["a", "b"])))
+        await asyncio.sleep(0.2)
+        queued = _recv(sched)
+        detok.send_multipart(encode(BatchEmbeddingResult(
+            rids=[queued.reqs[0].rid], payloads=[b""], prompt_tokens=[3], error_codes=[429],
+            error_messages=["Embedding request queue is full; retry later."], queue_times=[0.0])))
+        with pytest.raises(EmbeddingError) as err:
+            await asyncio.wait_for(task, 5)
+        assert err.value.status == 429 and err.value.headers["Retry-After"] == "1"
+        assert _recv(sched).rids == [queued.reqs[1].rid]
+
+        # The engine dying fails in-flight and later requests with 503.
+        task = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["c"])))
+        await asyncio.sleep(0.2)
+        tm.on_engine_dead("scheduler exited")
+        with pytest.raises(EmbeddingError) as err:
+            await task
+        assert err.value.status == 503
+        with pytest.raises(EmbeddingError):
+            await tm.embed(EmbeddingReqInput(text=["d"]))
+        await tm.close()
+
+    asyncio.run(scenario())
+
+
+def test_cancel_on_disconnect_cancels_work():
+    from sglang.srt.entrypoints.http_server import cancel_on_disconnect
+
+    class FakeRequest:
+        def __init__(self) -> None:
+            self.gone = asyncio.Event()
+
+        async def receive(self):
+            await self.gone.wait()
+            return {"type": "http.disconnect"}
+
+    async def scenario():
+        req = FakeRequest()
+        started = asyncio.Event()
+        cancelled = []
+
+        async def work():
+            started.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.append(True)
+                raise
+
+        task = asyncio.ensure_future(cancel_on_disconnect(req, work()))
+        await started.wait()
+        req.gone.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert cancelled == [True]
+        # A client that stays connected gets its result.
+        assert await cancel_on_disconnect(FakeRequest(), asyncio.sleep(0, result=7)) == 7
+
+    asyncio.run(scenario())
