@@ -23,6 +23,11 @@ def serve(argv: Sequence[str], prog: str = "sglang serve") -> int:
     args = build_serve_parser(prog).parse_args(argv)
     try:
         server_args = ServerArgs.from_cli_args(args)
+        from sglang.srt.configs.model_config import check_model
+
+        # Model problems (unsupported architecture, missing --is-embedding, uncached hub id, ...)
+        # end start-up here, as one line, before any process is spawned or anything is logged.
+        check_model(server_args)
         from sglang.srt.entrypoints.http_server import launch_server
 
         return launch_server(server_args)

@@ -6,6 +6,16 @@ import numpy as np
 import torch
 
 
+# Mixed lengths (1 to ~20 tokens) over the tiny tokenizers' vocabulary.
+MIXED_TEXTS = [
+    "the cat",
+    "a fast embedding server returns one vector for every query and document",
+    "river",
+    "the dog and the cat in the house by the river with a green tree and red light",
+    "three blue books",
+]
+
+
 def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a = a / np.linalg.norm(a, axis=1, keepdims=True)
     b = b / np.linalg.norm(b, axis=1, keepdims=True)
@@ -25,13 +35,38 @@ def make_runner(model_dir: str, **kwargs):
 
 
 def hf_pool(hidden: torch.Tensor, mask: torch.Tensor, method: str) -> torch.Tensor:
-    """Reference pooling over a padded [B, L, H] batch (right padding)."""
+    """Reference pooling over a padded [B, L, H] batch (cls assumes right padding)."""
     if method == "cls":
         return hidden[:, 0]
     if method == "lasttoken":
-        last = mask.sum(1) - 1
+        # The last real token, wherever the padding is (left or right).
+        positions = torch.arange(mask.shape[1], device=mask.device)
+        last = (mask.long() * (positions + 1)).argmax(1)
         return hidden[torch.arange(hidden.shape[0]), last]
     if method == "mean":
         m = mask.unsqueeze(-1).to(hidden.dtype)
         return (hidden * m).sum(1) / m.sum(1)
     raise ValueError(method)
+
+
+def hf_decoder_embeddings(model_dir: str, texts: list[str], padding_side: str = "right") -> np.ndarray:
+    """transformers' AutoModel (eager attention, float32): last hidden state at each text's last
+    real token, L2-normalized. Position ids follow the mask so left padding is handled too."""
+    import torch.nn.functional as F
+    from transformers import AutoModel, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    tok.padding_side = padding_side
+    model = AutoModel.from_pretrained(model_dir, attn_implementation="eager", dtype=torch.float32).eval()
+    enc = tok(texts, padding=True, return_tensors="pt")
+    mask = enc["attention_mask"]
+    position_ids = (mask.cumsum(1) - 1).clamp(min=0)
+    with torch.no_grad():
+        hidden = model(input_ids=enc["input_ids"], attention_mask=mask, position_ids=position_ids).last_hidden_state
+    return F.normalize(hf_pool(hidden, mask, "lasttoken"), dim=-1).numpy()
+
+
+def tokenize_for_runner(model_dir: str, texts: list[str]) -> list[np.ndarray]:
+    from transformers import AutoTokenizer
+
+    return [np.asarray(x, dtype=np.int32) for x in AutoTokenizer.from_pretrained(model_dir)(texts)["input_ids"]]

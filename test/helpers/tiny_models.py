@@ -90,3 +90,100 @@ def build_tiny_bert(out_dir: str, seed: int = 0, st_pooling: Optional[str] = Non
     if st_pooling:
         write_st_pooling(out_dir, cfg["hidden_size"], st_pooling)
     return out_dir
+
+
+END_TOKEN = "<|endoftext|>"
+
+
+def build_bpe_tokenizer(out_dir: str, end_token: str = END_TOKEN) -> tuple[int, int]:
+    """A byte-level BPE tokenizer over WORDS that appends `end_token` to every input, as
+    Qwen3-Embedding's tokenizer does (last-token pooling reads that token).
+
+    Returns (vocabulary size, id of the end token)."""
+    from tokenizers import Tokenizer, decoders, pre_tokenizers, processors, trainers
+    from tokenizers.models import BPE
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=[end_token], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([" ".join(WORDS)] * 3 + WORDS, trainer)
+    end_id = tok.token_to_id(end_token)
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"$A {end_token}", pair=f"$A {end_token} $B:1 {end_token}:1", special_tokens=[(end_token, end_id)],
+    )
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=end_token, pad_token=end_token)
+    fast.save_pretrained(out_dir)
+    return len(fast), end_id
+
+
+def _decoder_classes(family: str):
+    import transformers as tf
+
+    return {
+        "qwen3": (tf.Qwen3Config, tf.Qwen3ForCausalLM),
+        "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM),
+        "llama": (tf.LlamaConfig, tf.LlamaForCausalLM),
+        "mistral": (tf.MistralConfig, tf.MistralForCausalLM),
+    }[family]
+
+
+# Per family: the sizes the issue asks for (2 layers, 4 heads, 2 kv heads, head_dim 16). Qwen3's
+# hidden size is not heads * head_dim, as in the real Qwen3 checkpoints' attention.
+_DECODER_CONFIGS = {
+    "qwen3": dict(hidden_size=48, head_dim=16, intermediate_size=96),
+    "qwen2": dict(hidden_size=64, intermediate_size=128),
+    "llama": dict(hidden_size=64, head_dim=16, intermediate_size=128),
+    "mistral": dict(hidden_size=64, head_dim=16, intermediate_size=128, sliding_window=None),
+}
+
+
+def _randomize(model: torch.nn.Module, seed: int) -> None:
+    """Every parameter random (transformers zeros biases and sets norms to one): a parity test
+    then notices a bias or norm weight that is loaded into the wrong place or not at all."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
+            p.copy_(1.0 + 0.1 * noise if name.endswith("norm.weight") else 0.1 * noise)
+
+
+def build_tiny_decoder(out_dir: str, family: str = "qwen3", seed: int = 0, st_pooling: Optional[str] = None,
+                       max_shard_size: Optional[str] = None, **config_overrides) -> str:
+    """A 2-layer random *ForCausalLM (qwen3 / qwen2 / llama / mistral) with a BPE tokenizer in `out_dir`.
+
+    Saved with its own LM head (tie_word_embeddings=False), which the engine must skip.
+    `max_shard_size` (e.g. "20KB") writes sharded safetensors with model.safetensors.index.json.
+    """
+    config_cls, model_cls = _decoder_classes(family)
+    os.makedirs(out_dir, exist_ok=True)
+    vocab, end_id = build_bpe_tokenizer(out_dir)
+    cfg = dict(
+        vocab_size=vocab, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
+        bos_token_id=end_id, eos_token_id=end_id, pad_token_id=end_id,
+    )
+    cfg.update(_DECODER_CONFIGS[family])
+    cfg.update(config_overrides)
+    torch.manual_seed(seed)
+    model = model_cls(config_cls(**cfg)).eval()
+    _randomize(model, seed)
+    kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
+    model.save_pretrained(out_dir, **kwargs)
+    if st_pooling:
+        write_st_pooling(out_dir, cfg["hidden_size"], st_pooling)
+    return out_dir
+
+
+def build_tiny_qwen3(out_dir: str, **kwargs) -> str:
+    return build_tiny_decoder(out_dir, "qwen3", **kwargs)
+
+
+def build_tiny_qwen2(out_dir: str, **kwargs) -> str:
+    return build_tiny_decoder(out_dir, "qwen2", **kwargs)
+
+
+def build_tiny_llama(out_dir: str, **kwargs) -> str:
+    return build_tiny_decoder(out_dir, "llama", **kwargs)

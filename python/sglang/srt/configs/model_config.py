@@ -42,6 +42,9 @@ def load_hf_config(model_dir: str, trust_remote_code: bool, overrides: dict):
         raise ConfigError(f"Could not read the model config in {model_dir}: {msg.splitlines()[0]}") from e
     except OSError as e:
         raise ConfigError(f"No usable config.json in {model_dir}: {str(e).splitlines()[0]}") from e
+    except Exception as e:  # e.g. transformers' strict config validation: not a ValueError
+        reason = str(e.__cause__ or e).strip().splitlines() or [type(e).__name__]
+        raise ConfigError(f"Could not read the model config in {model_dir}: {reason[0]}") from e
     for key, value in overrides.items():
         setattr(config, key, value)
     return config
@@ -60,6 +63,10 @@ class ModelConfig:
     dtype: torch.dtype
     st_info: SentenceTransformersInfo
     is_encoder: bool
+    # Matryoshka: whether requests may ask for fewer `dimensions`, and which widths they may ask for
+    # (None: any width from 1 to embedding_dim). See matryoshka_settings.
+    is_matryoshka: bool = False
+    matryoshka_dimensions: Optional[list[int]] = None
 
     @property
     def embedding_dim(self) -> int:
@@ -86,7 +93,7 @@ class ModelConfig:
         # exactly what sentence-transformers would do, so vectors match its `encode`.
         normalize = st_info.normalize if st_info.declares_pooling else True
         hidden = hf_config.get_text_config().hidden_size if hasattr(hf_config, "get_text_config") else hf_config.hidden_size
-        return cls(
+        config = cls(
             model_path=model_dir,
             hf_config=hf_config,
             architecture=architecture,
@@ -99,6 +106,43 @@ class ModelConfig:
             st_info=st_info,
             is_encoder=spec.is_encoder,
         )
+        config.is_matryoshka, config.matryoshka_dimensions = matryoshka_settings(hf_config, config.embedding_dim)
+        return config
+
+
+def check_model(args: ServerArgs) -> ModelConfig:
+    """Resolve the checkpoint and read its config in the calling process.
+
+    Run before any child process starts, so that an uncached hub id, an unsupported architecture,
+    a missing --is-embedding or --trust-remote-code ends start-up with one ConfigError line.
+    """
+    from sglang.srt.model_loader.hub import resolve_model_path
+
+    model_dir = resolve_model_path(args.model_path, args.revision, args.download_dir)
+    return ModelConfig.from_server_args(args, model_dir, device="cpu")
+
+
+def matryoshka_settings(hf_config, width: int) -> tuple[bool, Optional[list[int]]]:
+    """(is_matryoshka, allowed widths) from `matryoshka_dimensions` / `is_matryoshka` in the config
+    (config.json or --json-model-override-args). A list alone makes a model Matryoshka and limits
+    requests to its widths; `is_matryoshka: true` allows any width up to the embedding size."""
+    flag = getattr(hf_config, "is_matryoshka", None)
+    dims = getattr(hf_config, "matryoshka_dimensions", None)
+    if flag is not None and not isinstance(flag, bool):
+        raise ConfigError(f"is_matryoshka must be true or false, not {flag!r}")
+    if dims is not None:
+        valid = isinstance(dims, (list, tuple)) and len(dims) > 0 and all(
+            isinstance(d, int) and not isinstance(d, bool) and 0 < d <= width for d in dims
+        )
+        if not valid:
+            raise ConfigError(
+                f"matryoshka_dimensions must be a non-empty list of integers from 1 to the model's "
+                f"embedding size {width}, not {dims!r}"
+            )
+        dims = sorted(set(dims))
+    if flag:
+        return True, None
+    return dims is not None, dims
 
 
 def _context_length(requested: Optional[int], hf_config, st_info: SentenceTransformersInfo, spec) -> int:
@@ -106,10 +150,13 @@ def _context_length(requested: Optional[int], hf_config, st_info: SentenceTransf
     if position_limit is not None:
         position_limit = int(position_limit) - spec.position_offset(hf_config)
     if requested is not None:
-        if spec.absolute_positions and position_limit is not None and requested > position_limit:
-            raise ConfigError(
-                f"--context-length {requested} exceeds the model's {position_limit} position embeddings"
-            )
+        if position_limit is not None and requested > position_limit:
+            if spec.absolute_positions:
+                raise ConfigError(
+                    f"--context-length {requested} exceeds the model's {position_limit} position embeddings"
+                )
+            logger.warning("--context-length %d is beyond the %d positions the model was trained on",
+                           requested, position_limit)
         return requested
     candidates = [x for x in (st_info.max_seq_length, position_limit) if x]
     if not candidates:

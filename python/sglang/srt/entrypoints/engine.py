@@ -12,8 +12,10 @@ import atexit
 import threading
 from typing import Optional, Union
 
+from sglang.srt.configs.model_config import check_model
 from sglang.srt.entrypoints.engine_processes import EngineProcesses
 from sglang.srt.managers.io_struct import FORMAT_RAW, EmbeddingReqInput
+from sglang.srt.managers.matryoshka import validate_dimensions
 from sglang.srt.managers.tokenizer_manager import TokenizerManager, payload_to_array
 from sglang.srt.server_args import ServerArgs
 
@@ -28,6 +30,7 @@ class Engine:
 
     def __init__(self, model_path: Optional[str] = None, is_embedding: bool = True, **kwargs) -> None:
         self.server_args = ServerArgs(model_path=model_path, is_embedding=is_embedding, **kwargs)
+        check_model(self.server_args)  # config problems surface here, before any process starts
         self._processes = EngineProcesses(self.server_args)
         self._closed = False
         self.model_info = self._processes.start()
@@ -60,6 +63,7 @@ class Engine:
             req = EmbeddingReqInput(text=list(prompt))
         else:
             req = EmbeddingReqInput(input_ids=[list(p) for p in prompt])
+        validate_dimensions(dimensions, self.model_info, self.server_args.served_model_name)
         req.dimensions = dimensions
         req.encoding_format = FORMAT_RAW
         result = self._call(self._tm.embed(req))

@@ -23,10 +23,14 @@ def load_model(model_config: ModelConfig, device: torch.device) -> nn.Module:
     try:
         with torch.device(device):
             kwargs = {"position_offset": spec.position_offset(model_config.hf_config)} if spec.padding_offset else {}
+            if not spec.absolute_positions:
+                # Rotary models size their cos/sin table to the longest input actually served.
+                kwargs["max_positions"] = model_config.context_length
             model = cls(model_config.hf_config, **kwargs)
     finally:
         torch.set_default_dtype(old_dtype)
-    loaded = model.load_weights(iterate_weights(model_config.model_path))
+    skip = tuple(getattr(model, "skip_checkpoint_prefixes", ()))
+    loaded = model.load_weights(iterate_weights(model_config.model_path, skip))
     missing = sorted(n for n, _ in model.named_parameters() if n not in loaded)
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")

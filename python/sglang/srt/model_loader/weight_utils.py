@@ -37,7 +37,9 @@ def _weight_files(model_dir: str) -> tuple[list[str], str]:
     raise ConfigError(f"No weights (*.safetensors or pytorch_model*.bin) found in {model_dir}")
 
 
-def iterate_weights(model_dir: str) -> Iterator[tuple[str, torch.Tensor]]:
+def iterate_weights(model_dir: str, skip_prefixes: tuple[str, ...] = ()) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, tensor) for every checkpoint tensor; names starting with `skip_prefixes` (an LM head
+    we never run) are not even read from safetensors files."""
     files, kind = _weight_files(model_dir)
     for path in files:
         if kind == "safetensors":
@@ -45,11 +47,14 @@ def iterate_weights(model_dir: str) -> Iterator[tuple[str, torch.Tensor]]:
 
             with safe_open(path, framework="pt") as f:
                 for name in f.keys():
-                    yield name, f.get_tensor(name)
+                    if not name.startswith(skip_prefixes):
+                        yield name, f.get_tensor(name)
         else:
             # weights_only: a checkpoint cannot run code on load.
             state = torch.load(path, map_location="cpu", weights_only=True)
-            yield from state.items()
+            for name, tensor in state.items():
+                if not name.startswith(skip_prefixes):
+                    yield name, tensor
             del state
 
 

@@ -25,10 +25,28 @@ class ModelSpec:
 
 _BERT = ModelSpec("bert", "BertModel", is_encoder=True, default_pooling="cls", absolute_positions=True)
 
+
+def _decoder(module: str, class_name: str) -> ModelSpec:
+    """A causal decoder: an embedding model only with --is-embedding or sentence-transformers files."""
+    return ModelSpec(module, class_name, is_encoder=False, default_pooling="lasttoken", absolute_positions=False)
+
+
+_QWEN3 = _decoder("qwen3", "Qwen3Model")
+_QWEN2 = _decoder("qwen2", "Qwen2Model")
+_LLAMA = _decoder("llama", "LlamaModel")  # Mistral is the same decoder (plus a sliding window)
+
 _MODELS: dict[str, ModelSpec] = {
     "BertModel": _BERT,
     "BertForMaskedLM": _BERT,
     "BertForPreTraining": _BERT,
+    "Qwen3ForCausalLM": _QWEN3,
+    "Qwen3Model": _QWEN3,
+    "Qwen2ForCausalLM": _QWEN2,
+    "Qwen2Model": _QWEN2,
+    "LlamaForCausalLM": _LLAMA,
+    "LlamaModel": _LLAMA,
+    "MistralForCausalLM": _LLAMA,
+    "MistralModel": _LLAMA,
 }
 
 

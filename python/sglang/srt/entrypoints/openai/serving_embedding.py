@@ -8,6 +8,7 @@ import orjson
 
 from sglang.srt.managers.errors import EmbeddingError
 from sglang.srt.managers.io_struct import EmbeddingReqInput
+from sglang.srt.managers.matryoshka import validate_dimensions
 from sglang.srt.managers.tokenizer_manager import EmbeddingResult, TokenizerManager
 from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest
 
@@ -57,14 +58,7 @@ class OpenAIServingEmbedding:
     def validate(self, request: EmbeddingRequest) -> None:
         if request.model is not None and request.model != self.served_model_name:
             raise model_not_found(request.model)
-        if request.dimensions is not None:
-            # Matryoshka support arrives with the model-config work; until then the answer is no.
-            raise EmbeddingError(
-                400,
-                f"Model '{self.served_model_name}' does not support matryoshka representation, "
-                "changing output dimensions will lead to poor results.",
-                param="dimensions",
-            )
+        validate_dimensions(request.dimensions, self.tm.model_info, self.served_model_name)
 
     async def create_embedding(self, request: EmbeddingRequest, rid: Optional[str] = None) -> tuple[bytes, EmbeddingResult]:
         self.validate(request)

@@ -1,0 +1,158 @@
+"""The decoder shared by Llama, Mistral, Qwen2 and Qwen3, run as an embedding model.
+
+One pre-norm block (RMSNorm -> grouped-query causal attention with RoPE -> residual -> RMSNorm ->
+SwiGLU MLP -> residual) covers all four families; they differ only in where the linear layers have
+biases and whether q/k get a per-head RMSNorm, which `DecoderOptions` says. The LM head is never
+built, loaded or run: embeddings are the final-norm hidden states.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+import torch
+from torch import nn
+
+from sglang.srt.layers.activation import silu_and_mul
+from sglang.srt.layers.attention.layer import AttentionLayer
+from sglang.srt.layers.layernorm import RMSNorm
+from sglang.srt.layers.linear import Linear, MergedLinear, QKVLinear, default_weight_loader
+from sglang.srt.layers.rotary_embedding import RotaryEmbedding
+from sglang.srt.model_executor.forward_batch import ForwardBatch
+from sglang.srt.model_loader.weight_utils import load_weights_into
+from sglang.srt.server_args import ConfigError
+
+
+@dataclass(frozen=True)
+class DecoderOptions:
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = False  # Qwen3: RMSNorm over each q / k head before RoPE
+
+
+def head_dim_of(config) -> int:
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def sliding_window_of(config, layer_id: int) -> Optional[int]:
+    """Mistral windows every layer; Qwen2/3 only layers typed "sliding_attention", and only with
+    `use_sliding_window`. The window counts the query itself (HF: q - k < window)."""
+    window = getattr(config, "sliding_window", None)
+    if not window or getattr(config, "use_sliding_window", True) is False:
+        return None
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types:
+        return int(window) if layer_types[layer_id] == "sliding_attention" else None
+    return int(window)
+
+
+class DecoderAttention(nn.Module):
+    def __init__(self, config, layer_id: int, opts: DecoderOptions) -> None:
+        super().__init__()
+        hidden, heads = config.hidden_size, config.num_attention_heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        self.head_dim = head_dim_of(config)
+        self.qkv_proj = QKVLinear(hidden, self.head_dim, heads, kv_heads, bias=opts.qkv_bias)
+        self.o_proj = Linear(heads * self.head_dim, hidden, bias=opts.o_bias)
+        if opts.qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+        self.qk_norm = opts.qk_norm
+        self.attn = AttentionLayer(heads, self.head_dim, kv_heads, causal=True,
+                                   sliding_window=sliding_window_of(config, layer_id), layer_id=layer_id)
+
+    def forward(self, x: torch.Tensor, cos_sin: torch.Tensor, rotary: RotaryEmbedding,
+                fb: ForwardBatch) -> torch.Tensor:
+        q, k, v = self.qkv_proj.split(self.qkv_proj(x))
+        if self.qk_norm:
+            t = x.shape[0]
+            q = self.q_norm(q.reshape(t, -1, self.head_dim)).reshape(t, -1)
+            k = self.k_norm(k.reshape(t, -1, self.head_dim)).reshape(t, -1)
+        q, k = rotary.rotate(q, cos_sin), rotary.rotate(k, cos_sin)
+        return self.o_proj(self.attn(q, k, v, fb))
+
+
+class DecoderMLP(nn.Module):
+    def __init__(self, config, opts: DecoderOptions) -> None:
+        super().__init__()
+        if config.hidden_act not in ("silu", "swish"):
+            raise ConfigError(f"decoder MLP activation '{config.hidden_act}' is not supported (only silu)")
+        inter = config.intermediate_size
+        self.gate_up_proj = MergedLinear(config.hidden_size, {0: inter, 1: inter}, bias=opts.mlp_bias)
+        self.down_proj = Linear(inter, config.hidden_size, bias=opts.mlp_bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config, layer_id: int, opts: DecoderOptions) -> None:
+        super().__init__()
+        self.self_attn = DecoderAttention(config, layer_id, opts)
+        self.mlp = DecoderMLP(config, opts)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(self, x: torch.Tensor, cos_sin: torch.Tensor, rotary: RotaryEmbedding,
+                fb: ForwardBatch) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos_sin, rotary, fb)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class LlamaModel(nn.Module):
+    """Returns per-token hidden states [T, hidden] after the final norm; pooling happens in the runner.
+
+    Serves LlamaModel / LlamaForCausalLM and MistralModel / MistralForCausalLM as they are;
+    Qwen2 and Qwen3 subclass it to change `options`.
+    """
+
+    stacked_params_mapping = [
+        ("qkv_proj.", "q_proj.", "q"),
+        ("qkv_proj.", "k_proj.", "k"),
+        ("qkv_proj.", "v_proj.", "v"),
+        ("gate_up_proj.", "gate_proj.", 0),
+        ("gate_up_proj.", "up_proj.", 1),
+    ]
+    # Checkpoint tensors never read from disk: the LM head of *ForCausalLM checkpoints.
+    skip_checkpoint_prefixes = ("lm_head.",)
+
+    @classmethod
+    def options(cls, config) -> DecoderOptions:
+        bias = bool(getattr(config, "attention_bias", False))
+        return DecoderOptions(qkv_bias=bias, o_bias=bias, mlp_bias=bool(getattr(config, "mlp_bias", False)))
+
+    def __init__(self, config, max_positions: Optional[int] = None) -> None:
+        """`max_positions`: the longest input served (the RoPE table's size); default: the config's."""
+        super().__init__()
+        self.config = config
+        opts = self.options(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_tokens.weight.requires_grad_(False)
+        self.embed_tokens.weight.weight_loader = default_weight_loader
+        self.layers = nn.ModuleList(DecoderLayer(config, i, opts) for i in range(config.num_hidden_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.rotary_emb = RotaryEmbedding.from_config(config, head_dim_of(config), max_positions)
+
+    def embed(self, fb: ForwardBatch) -> torch.Tensor:
+        return self.embed_tokens(fb.input_ids)
+
+    def run_layers(self, hidden: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
+        """Everything after the embedding (layers and final norm): the part a CUDA graph captures."""
+        cos_sin = self.rotary_emb.lookup(fb.positions)
+        for layer in self.layers:
+            hidden = layer(hidden, cos_sin, self.rotary_emb, fb)
+        return self.norm(hidden)
+
+    def forward(self, fb: ForwardBatch) -> torch.Tensor:
+        return self.run_layers(self.embed(fb), fb)
+
+    def _rename(self, name: str) -> Optional[str]:
+        if name.startswith(self.skip_checkpoint_prefixes):
+            return None
+        # *ForCausalLM checkpoints nest the decoder under `model.`; *Model checkpoints do not.
+        return name[len("model."):] if name.startswith("model.") else name
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        return load_weights_into(self, weights, self.stacked_params_mapping, self._rename)
