@@ -26,9 +26,9 @@ def _args(**kw) -> ServerArgs:
 
 
 def _sum_embed(batches):
-    def fn(ids, types):
-        batches.append([len(x) for x in ids])
-        return np.stack([np.full(4, float(len(x)), np.float32) for x in ids])
+    def fn(reqs):
+        batches.append([r.num_tokens for r in reqs])
+        return np.stack([np.full(4, float(r.num_tokens), np.float32) for r in reqs])
     return fn
 
 
@@ -65,11 +65,11 @@ def test_abort_drops_queued_requests_before_compute():
 def test_failing_forward_fails_only_its_batch():
     calls = []
 
-    def flaky(ids, types):
+    def flaky(reqs):
         calls.append(1)
         if len(calls) == 1:
             raise RuntimeError("kernel exploded")
-        return np.zeros((len(ids), 4), np.float32)
+        return np.zeros((len(reqs), 4), np.float32)
 
     s = Scheduler(_args(max_batch_size=1), flaky, Clock())
     s.add_requests([_req("a"), _req("b")])

@@ -24,12 +24,12 @@ from sglang.srt.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
 
-# (token lists, token-type lists) -> float32 [B, dim]
-EmbedFn = Callable[[list[np.ndarray], list[Optional[np.ndarray]]], np.ndarray]
+# One batch of requests -> float32 [B, dim] (ModelRunner.run_requests, or a fake in tests)
+ForwardFn = Callable[[list[TokenizedEmbeddingReqInput]], np.ndarray]
 
 
 class Scheduler:
-    def __init__(self, server_args: ServerArgs, embed_fn: EmbedFn,
+    def __init__(self, server_args: ServerArgs, forward_fn: ForwardFn,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.budget = BatchBudget(
             max_batch_size=server_args.max_batch_size,
@@ -37,7 +37,7 @@ class Scheduler:
             max_queue_delay=server_args.max_queue_delay,
         )
         self.max_queue_size = server_args.max_queue_size
-        self.embed_fn = embed_fn
+        self.forward_fn = forward_fn
         self.clock = clock
         self.waiting: "OrderedDict[str, TokenizedEmbeddingReqInput]" = OrderedDict()
 
@@ -76,7 +76,7 @@ class Scheduler:
     def run_batch(self, reqs: list[TokenizedEmbeddingReqInput]) -> BatchEmbeddingOutput:
         start = self.clock()
         try:
-            vectors = self.embed_fn([r.input_ids for r in reqs], [r.token_type_ids for r in reqs])
+            vectors = self.forward_fn(reqs)
         except Exception as e:  # a failing forward fails only its own requests
             logger.error("forward pass failed for %d requests: %s\n%s", len(reqs), e, traceback.format_exc())
             return BatchEmbeddingOutput.failure(reqs, 500, f"Internal error during the forward pass: {e}")

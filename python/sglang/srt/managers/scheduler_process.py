@@ -25,7 +25,7 @@ def run_scheduler_process(server_args: ServerArgs, port_args: PortArgs, ready_pi
         from sglang.srt.model_executor.model_runner import ModelRunner
 
         runner = ModelRunner(server_args)
-        scheduler = Scheduler(server_args, runner.embed)
+        scheduler = Scheduler(server_args, runner.run_requests)
         ctx = zmq.Context()
         recv = make_socket(ctx, zmq.PULL, port_args.scheduler_input, bind=True)
         send = make_socket(ctx, zmq.PUSH, port_args.detokenizer_input, bind=False)
