@@ -68,6 +68,8 @@ class ServerArgs:
     attention_backend: str = "auto"
     disable_cuda_graph: bool = False
     cuda_graph_max_tokens: int = 4096
+    cuda_graph_max_seqs: int = 128
+    mem_fraction_static: float = 0.9
 
     # Processes
     tokenizer_worker_num: int = 1
@@ -114,6 +116,10 @@ class ServerArgs:
             raise ConfigError("--max-queue-delay must be >= 0 seconds")
         if self.cpu_threads is not None and self.cpu_threads < 1:
             raise ConfigError("--cpu-threads must be at least 1")
+        if self.cuda_graph_max_tokens < 1 or self.cuda_graph_max_seqs < 1:
+            raise ConfigError("--cuda-graph-max-tokens and --cuda-graph-max-seqs must be at least 1")
+        if not (0.0 < self.mem_fraction_static <= 1.0):
+            raise ConfigError("--mem-fraction-static must be in (0, 1]")
         if not (0 < self.port < 65536):
             raise ConfigError("--port must be between 1 and 65535")
 
@@ -174,7 +180,12 @@ class ServerArgs:
                        help="auto: flashinfer on CUDA when installed, else torch_native.")
         g.add_argument("--disable-cuda-graph", action="store_true", help="Run the GPU forward eagerly.")
         g.add_argument("--cuda-graph-max-tokens", type=int, default=d["cuda_graph_max_tokens"].default,
-                       help="Largest token bucket captured as a CUDA graph.")
+                       help="Largest token bucket captured as a CUDA graph; bigger batches run eagerly.")
+        g.add_argument("--cuda-graph-max-seqs", type=int, default=d["cuda_graph_max_seqs"].default,
+                       help="Most inputs one CUDA-graph replay serves; batches with more run eagerly.")
+        g.add_argument("--mem-fraction-static", type=float, default=d["mem_fraction_static"].default,
+                       help="Cap on the GPU memory PyTorch may allocate in the scheduler, as a fraction "
+                            "of the device's total (weights, activations, CUDA graphs, workspaces).")
         g.add_argument("--tokenizer-worker-num", type=int, default=d["tokenizer_worker_num"].default,
                        help="HTTP + tokenizer processes sharing the port.")
 

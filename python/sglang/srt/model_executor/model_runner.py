@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 import torch
 
 from sglang.srt.configs.model_config import ModelConfig
 from sglang.srt.layers.attention.base import AttentionBackend
+from sglang.srt.managers.io_struct import TokenizedEmbeddingReqInput
+from sglang.srt.layers.attention.layer import AttentionLayer
 from sglang.srt.layers.pooler import Pooler
 from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_loader.hub import resolve_model_path
 from sglang.srt.model_loader.loader import load_model
 from sglang.srt.server_args import ConfigError, ServerArgs
+
+if TYPE_CHECKING:
+    from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner
 
 logger = logging.getLogger(__name__)
 
@@ -28,29 +33,36 @@ def resolve_device(requested: str) -> torch.device:
     return torch.device(requested)
 
 
+INSTALL_GPU_HINT = 'pip install "sglang-embed[gpu]"'
+
+
 def create_attention_backend(name: str, device: torch.device, model_config: ModelConfig) -> AttentionBackend:
+    """auto: flashinfer on CUDA in half precision when it imports, else torch_native."""
+    half = model_config.dtype in (torch.float16, torch.bfloat16)
     if name == "auto":
         name = "torch_native"
-        if device.type == "cuda":
+        if device.type == "cuda" and half:
             try:
                 import flashinfer  # noqa: F401
 
                 name = "flashinfer"
-            except ImportError:
-                logger.info("flashinfer is not installed; using torch_native attention on CUDA")
+            except Exception as e:  # ImportError, or a broken install: fall back, but say why
+                logger.info("flashinfer unavailable (%s); using torch_native attention on CUDA", e)
     if name == "torch_native":
         from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 
         return TorchNativeAttnBackend()
     if name == "flashinfer":
         if device.type != "cuda":
-            raise ConfigError('--attention-backend flashinfer needs a CUDA device; use torch_native on CPU')
+            raise ConfigError("--attention-backend flashinfer needs a CUDA GPU and the flashinfer package "
+                              f"({INSTALL_GPU_HINT}); no CUDA device here: use --attention-backend torch_native")
+        if not half:
+            raise ConfigError("--attention-backend flashinfer needs --dtype bfloat16 or float16 "
+                              f"(got {str(model_config.dtype).replace('torch.', '')})")
         try:
             from sglang.srt.layers.attention.flashinfer_backend import FlashInferAttnBackend
         except ImportError as e:
-            raise ConfigError(
-                'flashinfer is not installed; install it with: pip install "sglang-embed[gpu]"'
-            ) from e
+            raise ConfigError(f"flashinfer is not installed; install it with: {INSTALL_GPU_HINT}") from e
         return FlashInferAttnBackend(model_config, device)
     raise ConfigError(f"unknown attention backend '{name}'")
 
@@ -67,22 +79,58 @@ def configure_cpu_threads(requested: Optional[int]) -> int:
     return torch.get_num_threads()
 
 
+def cpu_bf16_units() -> Optional[str]:
+    """The CPU's native bf16 matrix support ("amx", "avx512_bf16") or None (bf16 then emulated, slow)."""
+    probes = (("amx", "_is_amx_tile_supported"), ("avx512_bf16", "_is_avx512_bf16_supported"))
+    for name, probe in probes:
+        fn = getattr(torch.cpu, probe, None)
+        if fn is not None and fn():
+            return name
+    return None
+
+
 class ModelRunner:
     def __init__(self, server_args: ServerArgs) -> None:
         self.server_args = server_args
         self.device = resolve_device(server_args.device)
         if self.device.type == "cpu":
             configure_cpu_threads(server_args.cpu_threads)
+        else:  # a hard cap on this process's PyTorch allocations (weights, activations, graphs)
+            torch.cuda.set_per_process_memory_fraction(server_args.mem_fraction_static, self.device)
         model_dir = resolve_model_path(server_args.model_path, server_args.revision, server_args.download_dir)
         self.model_config = ModelConfig.from_server_args(server_args, model_dir, self.device.type)
         self.attn_backend = create_attention_backend(server_args.attention_backend, self.device, self.model_config)
         self.model = load_model(self.model_config, self.device)
+        self.attn_backend.bind_layers([m for m in self.model.modules() if isinstance(m, AttentionLayer)])
         self.pooler = Pooler(self.model_config.pooling, self.model_config.normalize)
+        if self.device.type == "cpu" and self.model_config.dtype == torch.bfloat16 and cpu_bf16_units() is None:
+            logger.warning("--dtype bfloat16 on a CPU without bf16 matrix units (AMX / avx512_bf16) is slow")
+        self.graph_runner = self._capture_cuda_graphs()
+        if self.device.type == "cuda":  # compile JIT kernels now rather than in the first request
+            self.embed([np.zeros(2, dtype=np.int64)])
         logger.info(
             "loaded %s (%s) on %s in %s: pooling=%s normalize=%s context=%d attention=%s",
             model_dir, self.model_config.architecture, self.device, self.model_config.dtype,
             self.model_config.pooling, self.model_config.normalize, self.model_config.context_length,
             self.attn_backend.name,
+        )
+
+    def _capture_cuda_graphs(self) -> Optional["CudaGraphRunner"]:
+        sa = self.server_args
+        if self.device.type != "cuda" or sa.disable_cuda_graph:
+            return None
+        if not self.attn_backend.supports_cuda_graph:
+            logger.info("CUDA graphs need the flashinfer attention backend; running eagerly")
+            return None
+        if not (hasattr(self.model, "embed") and hasattr(self.model, "run_layers")):
+            logger.info("%s has no embed/run_layers split; running eagerly", self.model_config.architecture)
+            return None
+        from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner
+
+        return CudaGraphRunner(
+            self.model, self.attn_backend, self.model_config.hidden_size, self.model_config.dtype, self.device,
+            max_tokens=min(sa.cuda_graph_max_tokens, sa.max_num_tokens),
+            max_seqs=min(sa.cuda_graph_max_seqs, sa.max_batch_size),
         )
 
     def model_info(self) -> dict:
@@ -92,6 +140,8 @@ class ModelRunner:
             "served_model_name": self.server_args.served_model_name,
             "architecture": mc.architecture,
             "embedding_dim": mc.embedding_dim,
+            "is_matryoshka": mc.is_matryoshka,
+            "matryoshka_dimensions": mc.matryoshka_dimensions,
             "pooling": mc.pooling,
             "normalize": mc.normalize,
             "max_input_length": mc.context_length,
@@ -100,17 +150,36 @@ class ModelRunner:
             "dtype": str(mc.dtype).replace("torch.", ""),
             "device": str(self.device),
             "attention_backend": self.attn_backend.name,
+            "cuda_graph": self.graph_runner is not None,
+            "cpu_threads": torch.get_num_threads() if self.device.type == "cpu" else None,
+            "cpu_bf16_units": cpu_bf16_units() if self.device.type == "cpu" else None,
         }
 
     def build_batch(self, token_lists: Sequence[np.ndarray],
                     token_type_lists: Optional[Sequence[Optional[np.ndarray]]] = None) -> ForwardBatch:
-        return ForwardBatch.from_token_lists(token_lists, self.device, token_type_lists, self.attn_backend)
+        fb = ForwardBatch.from_token_lists(token_lists, self.device, token_type_lists)
+        fb.attn_backend = self.attn_backend  # metadata is built in forward(), eager batches only
+        return fb
 
     @torch.inference_mode()
     def forward(self, fb: ForwardBatch) -> torch.Tensor:
-        """Pooled (and, where configured, normalized) float32 vectors [B, dim] on the device."""
-        hidden = self.model(fb)
+        """Pooled (and, where configured, normalized) float32 vectors [B, dim] on the device.
+
+        A batch that fits a captured bucket replays its CUDA graph (embedding and pooling run
+        eagerly around it); any other batch runs the whole model eagerly.
+        """
+        plan = self.graph_runner.plan(fb) if self.graph_runner is not None else None
+        if plan is not None:
+            hidden = self.graph_runner.replay(fb, self.model.embed(fb), plan)
+        else:
+            if fb.attn_metadata is None:
+                self.attn_backend.init_forward_metadata(fb)
+            hidden = self.model(fb)
         return self.pooler(hidden, fb)
+
+    def run_requests(self, reqs: Sequence[TokenizedEmbeddingReqInput]) -> np.ndarray:
+        """What the scheduler calls per batch: requests in, float32 [B, dim] out."""
+        return self.embed([r.input_ids for r in reqs], [r.token_type_ids for r in reqs])
 
     def embed(self, token_lists: Sequence[np.ndarray],
               token_type_lists: Optional[Sequence[Optional[np.ndarray]]] = None) -> np.ndarray:

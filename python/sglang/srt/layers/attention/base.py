@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 
@@ -36,14 +36,24 @@ class AttentionBackend(ABC):
     ) -> torch.Tensor:
         """Attention for one layer."""
 
+    def bind_layers(self, layers: Sequence["AttentionLayer"]) -> None:
+        """Learn every attention shape the model uses, once after loading (before any forward).
+
+        Backends that prepare per-shape state ahead of time (FlashInfer plans, CUDA-graph wrappers)
+        need this; the default keeps nothing.
+        """
+
     # ----- CUDA-graph hooks (backends that support capture override these) -----
     supports_cuda_graph: bool = False
 
-    def init_cuda_graph_state(self, max_num_tokens: int, max_num_seqs: int) -> None:
+    def init_cuda_graph_state(self, buckets: Sequence[tuple[int, int]]) -> None:
+        """Allocate fixed-address state for graphs of (num_tokens, num_seqs) each; before capture."""
         raise NotImplementedError(f"{self.name} attention does not support CUDA graphs")
 
     def init_forward_metadata_capture_cuda_graph(self, forward_batch: "ForwardBatch") -> None:
+        """Plan the static batch of one bucket before its graph is captured (sets attn_metadata)."""
         raise NotImplementedError(f"{self.name} attention does not support CUDA graphs")
 
     def init_forward_metadata_replay_cuda_graph(self, forward_batch: "ForwardBatch") -> None:
+        """Re-plan that static batch for the sequence layout just copied into it, before replay."""
         raise NotImplementedError(f"{self.name} attention does not support CUDA graphs")
