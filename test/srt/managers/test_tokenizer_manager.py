@@ -100,7 +100,7 @@ def test_results_resolve_in_order_and_cancel_sends_abort(harness, hf_tokenizer):
 
 
 def test_cancel_on_disconnect_cancels_work():
-    from sglang.srt.entrypoints.http_server import cancel_on_disconnect
+    from sglang.srt.entrypoints.http_server import ClientDisconnected, cancel_on_disconnect
 
     class FakeRequest:
         def __init__(self) -> None:
@@ -126,7 +126,7 @@ def test_cancel_on_disconnect_cancels_work():
         task = asyncio.ensure_future(cancel_on_disconnect(req, work()))
         await started.wait()
         req.gone.set()
-        with pytest.raises(asyncio.CancelledError):
+        with pytest.raises(ClientDisconnected):
             await task
         assert cancelled == [True]
         # A client that stays connected gets its result.

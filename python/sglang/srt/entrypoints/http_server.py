@@ -56,24 +56,35 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, Optional[str]
 T = TypeVar("T")
 
 
+class ClientDisconnected(Exception):
+    """The client hung up before its answer was ready; its work has been cancelled."""
+
+
 async def cancel_on_disconnect(raw: Request, work: Awaitable[T]) -> T:
-    """Await `work`, cancelling it if the client hangs up first.
+    """Await `work`, cancelling it if the client hangs up first (then raise ClientDisconnected).
 
     Cancellation reaches TokenizerManager.embed, which tells the scheduler to drop the request's
     inputs before they cost any compute.
     """
     task = asyncio.ensure_future(work)
+    disconnected = False
 
     async def watch() -> None:
+        nonlocal disconnected
         while True:
             message = await raw.receive()
             if message["type"] == "http.disconnect":
+                disconnected = True
                 task.cancel()
                 return
 
     watcher = asyncio.ensure_future(watch())
     try:
         return await task
+    except asyncio.CancelledError:
+        if disconnected:
+            raise ClientDisconnected() from None
+        raise
     finally:
         watcher.cancel()
 
@@ -99,6 +110,11 @@ def create_app(server_args: ServerArgs, port_args: PortArgs, model_info: dict,
     @app.exception_handler(EmbeddingError)
     async def _embedding_error(_: Request, exc: EmbeddingError):
         return error_response(exc)
+
+    @app.exception_handler(ClientDisconnected)
+    async def _client_gone(_: Request, exc: ClientDisconnected):
+        # Nobody is listening; 499 (nginx's "client closed request") keeps logs and metrics honest.
+        return Response(status_code=499)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError):
