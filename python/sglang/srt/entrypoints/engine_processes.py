@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import multiprocessing as mp
 import os
+import signal
 import threading
 import time
 from multiprocessing.connection import wait as mp_wait
@@ -17,7 +18,7 @@ from sglang.srt.managers.detokenizer_manager import run_detokenizer_process
 from sglang.srt.managers.scheduler_process import run_scheduler_process
 from sglang.srt.server_args import ConfigError, ServerArgs
 from sglang.srt.utils.network import PortArgs
-from sglang.srt.utils.process import terminate_processes
+from sglang.srt.utils.process import mark_stopping, terminate_processes
 
 logger = logging.getLogger(__name__)
 
@@ -27,8 +28,10 @@ class EngineProcesses:
         self.server_args = server_args
         self.port_args = PortArgs.create()
         self.procs: list[mp.Process] = []
+        self.http_procs: list[mp.Process] = []  # extra HTTP workers (also in procs)
         self.model_info: dict = {}
-        self._stopping = False
+        self._stopping = False  # shutdown() is stopping the children
+        self._draining = False  # SIGTERM/SIGINT: HTTP processes finish their requests, then exit
         self._watcher: Optional[threading.Thread] = None
 
     def start(self) -> dict:
@@ -71,6 +74,7 @@ class EngineProcesses:
             proc.start()
             writer.close()
             self.procs.append(proc)
+            self.http_procs.append(proc)
             pending.append((f"http-{worker_id}", reader, proc))
         for name, reader, proc in pending:
             self._wait_ready(name, reader, proc)
@@ -85,36 +89,61 @@ class EngineProcesses:
             if reader in ready:
                 try:
                     msg = reader.recv()
-                except EOFError:
-                    msg = {"status": "error", "message": f"the {name} process exited during start-up"}
+                except EOFError:  # it died before saying anything: say how
+                    proc.join(5.0)
+                    raise ConfigError(f"The {name} process exited during start-up "
+                                      f"({describe_exit(proc.exitcode)})") from None
                 if msg.get("status") == "ready":
                     return msg
                 raise ConfigError(msg.get("message", f"the {name} process failed to start"))
             if proc.sentinel in ready:
-                raise ConfigError(f"The {name} process exited during start-up (exit code {proc.exitcode})")
+                proc.join(1.0)
+                raise ConfigError(f"The {name} process exited during start-up ({describe_exit(proc.exitcode)})")
 
     def begin_stop(self) -> None:
-        """We are shutting down on purpose: children exiting from now on are not a failure."""
-        self._stopping = True
+        """SIGTERM/SIGINT reached the server: the HTTP workers drain too, the engine keeps serving them.
+
+        Called from the signal handler. The scheduler and detokenizer keep running until
+        shutdown() (they ignore a process-group SIGTERM while we live, see utils/process.py).
+        """
+        self._draining = True
+        for p in self.http_procs:
+            if p.is_alive() and p.pid is not None:
+                os.kill(p.pid, signal.SIGTERM)
+
+    def notify_engine_dead(self) -> None:
+        """Tell the extra HTTP workers the engine died: they fail their requests with 503 and exit."""
+        for p in self.http_procs:
+            if p.is_alive() and p.pid is not None:
+                os.kill(p.pid, ENGINE_DEAD_SIGNAL)
 
     def watch(self, on_death: Callable[[str], None], grace: float = 0.3) -> None:
-        """Call `on_death(reason)` from a thread if any child dies while we are not stopping.
+        """Call `on_death(reason)` from a thread if a child dies before shutdown() stops them.
 
-        A SIGTERM sent to the whole process group (systemd, `timeout`, `kill -- -PGID`) can reach
-        a child a moment before it reaches us, hence the short grace before calling it a crash.
+        HTTP workers exiting while we drain are expected (they drained too). A SIGTERM sent to the
+        whole process group reaches an HTTP worker maybe a moment before us, hence the short grace
+        before calling its exit a crash. The scheduler or detokenizer dying during a drain is a crash.
         """
 
         def _run() -> None:
-            sentinels = {p.sentinel: p for p in self.procs}
-            ready = mp_wait(list(sentinels))
-            if not self._stopping:
-                time.sleep(grace)
-            if self._stopping:
+            watched = {p.sentinel: p for p in self.procs}
+            while watched:
+                ready = mp_wait(list(watched))
+                if self._stopping:
+                    return
+                proc = watched.pop(ready[0])
+                is_http = proc in self.http_procs
+                if is_http and not self._draining:
+                    time.sleep(grace)
+                if self._stopping:
+                    return
+                if is_http and self._draining:
+                    continue
+                proc.join(1.0)
+                reason = f"{proc.name} exited unexpectedly ({describe_exit(proc.exitcode)})"
+                logger.error(reason)
+                on_death(reason)
                 return
-            proc = sentinels[ready[0]]
-            reason = f"{proc.name} exited unexpectedly (exit code {proc.exitcode})"
-            logger.error(reason)
-            on_death(reason)
 
         self._watcher = threading.Thread(target=_run, name="engine-watch", daemon=True)
         self._watcher.start()
@@ -123,6 +152,35 @@ class EngineProcesses:
         return bool(self.procs) and all(p.is_alive() for p in self.procs)
 
     def shutdown(self) -> None:
+        """Stop the HTTP workers (letting them finish a drain), then the scheduler and detokenizer."""
         self._stopping = True
-        terminate_processes(self.procs)
+        if self.http_procs:
+            grace = self.server_args.graceful_timeout
+            # Told to stop already: by begin_stop() (let them drain) or notify_engine_dead() (their
+            # requests have failed; a second is plenty to send the 503s).
+            drain = (grace + 5.0 if grace > 0 else None) if self._draining else 1.0
+            deadline = None if drain is None else time.monotonic() + drain
+            for p in self.http_procs:
+                p.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            terminate_processes(self.http_procs)
+        mark_stopping(self.port_args.ipc_dir)
+        terminate_processes([p for p in self.procs if p not in self.http_procs])
         self.port_args.cleanup()
+
+
+# The server process -> extra HTTP workers: the engine died (see http_worker.py).
+ENGINE_DEAD_SIGNAL = signal.SIGUSR2
+
+
+def describe_exit(code: Optional[int]) -> str:
+    """A child's exit code in words; a SIGKILL during start-up is most often the OOM killer."""
+    if code is None:
+        return "still running"
+    if code >= 0:
+        return f"exit code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    hint = " (possibly the kernel's out-of-memory killer)" if -code == signal.SIGKILL else ""
+    return f"killed by {name}{hint}"

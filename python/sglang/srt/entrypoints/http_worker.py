@@ -20,7 +20,7 @@ import uvicorn
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.logging_utils import configure_logging
 from sglang.srt.utils.network import PortArgs
-from sglang.srt.utils.process import set_parent_death_signal, watch_parent
+from sglang.srt.utils.process import set_parent_death_signal, set_process_name, watch_parent
 
 logger = logging.getLogger(__name__)
 
@@ -75,8 +75,11 @@ def _loop_factory():
 
 
 def make_server(app, server_args: ServerArgs) -> UvicornServer:
-    config = uvicorn.Config(app, log_level=server_args.log_level, timeout_keep_alive=30,
-                            access_log=server_args.log_level == "debug")
+    # log_config=None: uvicorn's loggers go through ours (configure_logging), JSON included.
+    # timeout_graceful_shutdown bounds the drain after SIGTERM/SIGINT; then remaining tasks are cancelled.
+    config = uvicorn.Config(app, log_level=server_args.log_level, timeout_keep_alive=30, log_config=None,
+                            access_log=server_args.log_level == "debug",
+                            timeout_graceful_shutdown=server_args.graceful_timeout or None)
     return UvicornServer(config)
 
 
@@ -94,13 +97,15 @@ def serve(server: UvicornServer, sock: socket.socket) -> None:
 def run_http_worker_process(server_args: ServerArgs, port_args: PortArgs, model_info: dict, worker_id: int,
                             ready_pipe, parent_pid: int) -> None:
     """An extra HTTP + tokenizer process (worker_id >= 1)."""
-    from sglang.srt.entrypoints.http_server import create_app
+    from sglang.srt.entrypoints.engine_processes import ENGINE_DEAD_SIGNAL
+    from sglang.srt.entrypoints.http_server import create_app, engine_died, start_draining
 
-    # Ctrl-C reaches the whole process group; the parent stops us with SIGTERM.
+    # Ctrl-C reaches the whole process group; the parent stops us with SIGTERM (a graceful drain).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    set_process_name(f"sglang-http-{worker_id}")
     set_parent_death_signal(signal.SIGTERM)
-    watch_parent(parent_pid)
-    configure_logging(server_args.log_level, f"http-{worker_id}")
+    watch_parent(parent_pid, port_args.ipc_dir)
+    configure_logging(server_args.log_level, f"http-{worker_id}", server_args.log_format)
     sock = make_listen_socket(server_args.host, server_args.port, reuse_port=True)
 
     def on_ready() -> None:
@@ -108,8 +113,12 @@ def run_http_worker_process(server_args: ServerArgs, port_args: PortArgs, model_
         ready_pipe.close()
 
     app = create_app(server_args, port_args, model_info, worker_id=worker_id, on_ready=on_ready)
+    server = make_server(app, server_args)
+    server.on_signal = lambda: start_draining(app, server_args)
+    # The server process saw the scheduler or detokenizer die: answer 503 at once, and exit.
+    signal.signal(ENGINE_DEAD_SIGNAL, lambda *_: engine_died(app, server, "an engine process exited unexpectedly"))
     try:
-        serve(make_server(app, server_args), sock)
+        serve(server, sock)
     finally:
         sock.close()
 

@@ -29,3 +29,4 @@ class EmbeddingError(Exception):
 
 
 QUEUE_FULL_MESSAGE = "Embedding request queue is full; retry later."
+REQUEST_TIMEOUT_MESSAGE = "The request waited longer than the server's --request-timeout and was dropped."

@@ -1,18 +1,28 @@
-"""Child-process plumbing: parent-death detection, signal set-up, process-tree kill."""
+"""Child-process plumbing: parent-death detection, signal set-up, process-tree stop.
+
+The scheduler and detokenizer stop only when the server process asks them to (after it has
+drained its in-flight requests) or when it is gone. A SIGTERM sent to the whole process group
+(systemd, `timeout`, `kill -- -PGID`) is therefore ignored by them while the server process lives
+and has not asked: otherwise they would die under requests the server is still finishing.
+"""
 
 from __future__ import annotations
 
 import ctypes
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
 import time
+from typing import Optional
 
 logger = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
+STOP_MARKER = "stopping"  # created in the IPC directory when the parent stops its children on purpose
 
 
 def set_parent_death_signal(sig: int = signal.SIGTERM) -> None:
@@ -26,7 +36,41 @@ def set_parent_death_signal(sig: int = signal.SIGTERM) -> None:
         pass
 
 
-def watch_parent(parent_pid: int, interval: float = 0.5) -> None:
+def set_process_name(name: str) -> None:
+    """Name this process for ps/top (`sglang-schedule`, ...: Linux keeps 15 bytes; no-op elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
+    except OSError:
+        pass
+
+
+def mark_stopping(ipc_dir: str) -> None:
+    """Tell the children that the SIGTERM they are about to get is meant (see module doc)."""
+    try:
+        with open(os.path.join(ipc_dir, STOP_MARKER), "w"):
+            pass
+    except OSError:
+        pass  # the directory is gone: children treat that as a stop request too
+
+
+def stop_requested(ipc_dir: Optional[str]) -> bool:
+    if ipc_dir is None:
+        return True
+    return not os.path.isdir(ipc_dir) or os.path.exists(os.path.join(ipc_dir, STOP_MARKER))
+
+
+def exit_orphaned(parent_pid: int, ipc_dir: Optional[str]) -> None:
+    """The server process is gone (perhaps SIGKILLed): remove the IPC directory it left, and exit."""
+    logger.warning("parent process %d is gone; exiting", parent_pid)
+    if ipc_dir is not None:
+        shutil.rmtree(ipc_dir, ignore_errors=True)
+    os._exit(1)
+
+
+def watch_parent(parent_pid: int, ipc_dir: Optional[str] = None, interval: float = 0.5) -> None:
     """Exit when the parent is gone: a second line of defence next to PDEATHSIG.
 
     PDEATHSIG fires when the *thread* that forked us exits, and not at all on some platforms, so a
@@ -37,19 +81,32 @@ def watch_parent(parent_pid: int, interval: float = 0.5) -> None:
         while True:
             time.sleep(interval)
             if os.getppid() != parent_pid:
-                logger.warning("parent process %d is gone; exiting", parent_pid)
-                os._exit(1)
+                exit_orphaned(parent_pid, ipc_dir)
 
     threading.Thread(target=_run, name="parent-watch", daemon=True).start()
 
 
-def prepare_child_process(parent_pid: int) -> None:
+def prepare_child_process(parent_pid: int, ipc_dir: Optional[str] = None) -> None:
     """Common set-up for the scheduler and detokenizer processes."""
+    import multiprocessing
+
+    set_process_name(multiprocessing.current_process().name)  # "sglang-scheduler" -> ps: sglang-schedule
     # Ctrl-C reaches the whole process group; only the parent handles it and then stops us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+
+    def on_sigterm(*_) -> None:
+        if os.getppid() != parent_pid:
+            exit_orphaned(parent_pid, ipc_dir)  # PDEATHSIG: the parent died
+        if stop_requested(ipc_dir):
+            # Nothing is left to flush (the server drained first); skipping interpreter teardown
+            # (torch, the model) makes the stop take milliseconds instead of seconds.
+            logging.shutdown()
+            os._exit(0)
+        logger.info("SIGTERM ignored: the server process finishes its requests first, then stops this one")
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     set_parent_death_signal(signal.SIGTERM)
-    watch_parent(parent_pid)
+    watch_parent(parent_pid, ipc_dir)
 
 
 def terminate_processes(procs, timeout: float = 5.0) -> None:

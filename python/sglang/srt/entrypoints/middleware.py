@@ -1,0 +1,295 @@
+"""Pure-ASGI middlewares around the FastAPI app: request ids and metrics, drain, auth, body limits.
+
+Pure ASGI (not Starlette's BaseHTTPMiddleware) because they sit on every request and must not add
+a task and a memory stream each. Outer to inner, as `install_middleware` stacks them:
+
+    RequestContext  request id (x-request-id), requests-by-route-and-status metric, --log-requests line
+    CORSMiddleware  only with --cors-allow-origin (otherwise cross-origin browser reads stay closed)
+    DrainGuard      503 once SIGTERM/SIGINT started a graceful shutdown
+    ApiKeyAuth      --api-key: `Authorization: Bearer KEY` on every route but /health, else 401
+    BodyLimits      --max-payload-bytes -> 413; POST bodies must be JSON (415) and are read once here
+
+Their own answers use the OpenAI error shape, like every other error of the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Optional
+
+import orjson
+
+from sglang.srt.managers.errors import EmbeddingError
+from sglang.srt.metrics.server_metrics import ServerMetrics
+from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.logging_utils import REQUEST_LOGGER
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict]]
+Send = Callable[[dict], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+EMBEDDINGS_ROUTE = "/v1/embeddings"
+UNMATCHED_ROUTE = "unmatched"  # metric label for paths no route serves (keeps label values bounded)
+_REQUEST_ID_RE = re.compile(r"^[\x21-\x7e]{1,128}$")  # printable ASCII, no spaces, at most 128
+_DIGITS_RE = re.compile(r"^[0-9]{1,20}$")
+_DISCARD_LIMIT = 1 << 20  # bytes of an oversized body read and dropped so the client sees the 413
+request_log = logging.getLogger(REQUEST_LOGGER)
+
+
+@dataclass
+class ServerLifecycle:
+    """Shared between the signal handler and the middlewares of one HTTP process."""
+
+    draining: bool = False
+
+
+def request_state(scope: Scope) -> dict:
+    """The per-request dict behind Starlette's `request.state` (routes add log fields to it)."""
+    return scope.setdefault("state", {})
+
+
+async def send_error(send: Send, err: EmbeddingError) -> None:
+    body = orjson.dumps(err.to_dict())
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(k.lower().encode("latin-1"), str(v).encode("latin-1")) for k, v in err.headers.items()]
+    await send({"type": "http.response.start", "status": err.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _header(scope: Scope, name: bytes) -> Optional[str]:
+    for k, v in scope.get("headers", ()):
+        if k.lower() == name:
+            return v.decode("latin-1")
+    return None
+
+
+class RequestContext:
+    """Gives every request an id (the client's `x-request-id` when sane, else a uuid4 hex) that is
+    echoed on every response, counts responses by route and status, and writes the request line."""
+
+    def __init__(self, app: ASGIApp, metrics: ServerMetrics, routes: Callable[[], set[str]],
+                 log_requests: bool = False) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.routes = routes
+        self.log_requests = log_requests
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start = time.monotonic()
+        given = _header(scope, b"x-request-id")
+        rid = given if given is not None and _REQUEST_ID_RE.match(given) else uuid.uuid4().hex
+        state = request_state(scope)
+        state["request_id"] = rid
+        state["start_time"] = start
+        status: list[Any] = [None]
+
+        async def send_with_id(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+                headers = [(k, v) for k, v in message.get("headers", ()) if k.lower() != b"x-request-id"]
+                headers.append((b"x-request-id", rid.encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        self.metrics.in_flight.inc()
+        outcome = "500"
+        try:
+            await self.app(scope, receive, send_with_id)
+        except asyncio.CancelledError:
+            # --graceful-timeout ran out: answer rather than leave uvicorn to send a bare 500.
+            outcome = "cancelled"
+            if status[0] is None:
+                try:
+                    await send_error(send_with_id, EmbeddingError(
+                        503, "The server shut down before this request finished (--graceful-timeout).",
+                        headers={"Connection": "close"}))
+                except Exception:
+                    pass
+            raise
+        finally:
+            self.metrics.in_flight.dec()
+            code = str(status[0]) if status[0] is not None else outcome
+            path = scope.get("path", "")
+            route = path if path in self.routes() else UNMATCHED_ROUTE
+            self.metrics.requests.inc(route=route, status=code)
+            elapsed = time.monotonic() - start
+            if route == EMBEDDINGS_ROUTE and code == "200":
+                self.metrics.request_duration.observe(elapsed)
+            if self.log_requests:
+                self._log(scope, rid, route, path, code, elapsed, state)
+
+    @staticmethod
+    def _log(scope: Scope, rid: str, route: str, path: str, code: str, elapsed: float, state: dict) -> None:
+        client = scope.get("client")
+        fields: dict[str, Any] = {
+            "request_id": rid, "method": scope.get("method"), "route": route, "status": int(code) if code.isdigit()
+            else code, "client": client[0] if client else None, "total_ms": round(elapsed * 1000, 2),
+        }
+        if route == UNMATCHED_ROUTE:
+            fields["path"] = path[:256]
+        fields.update(state.get("log_fields", {}))
+        request_log.info("%s %s %s", scope.get("method"), route, code, extra={"fields": fields})
+
+
+class DrainGuard:
+    """Once a graceful shutdown began, new requests get 503 instead of waiting on a closing server."""
+
+    def __init__(self, app: ASGIApp, lifecycle: ServerLifecycle) -> None:
+        self.app = app
+        self.lifecycle = lifecycle
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.lifecycle.draining:
+            return await send_error(send, EmbeddingError(503, "The server is shutting down.",
+                                                         headers={"Connection": "close"}))
+        await self.app(scope, receive, send)
+
+
+class ApiKeyAuth:
+    """`Authorization: Bearer KEY` on every route but /health, compared in constant time."""
+
+    OPEN_PATHS = frozenset({"/health"})
+
+    def __init__(self, app: ASGIApp, api_key: str) -> None:
+        self.app = app
+        self.key = api_key.encode()
+
+    def authorized(self, scope: Scope) -> bool:
+        value = _header(scope, b"authorization")
+        if value is None:
+            return False
+        scheme, _, token = value.strip().partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        return hmac.compare_digest(token.strip().encode("latin-1"), self.key)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] not in self.OPEN_PATHS and not self.authorized(scope):
+            return await send_error(send, EmbeddingError(
+                401, "Invalid or missing API key: send `Authorization: Bearer <key>`.",
+                code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"}))
+        await self.app(scope, receive, send)
+
+
+def _json_content_type(value: str) -> bool:
+    media, *params = [p.strip().lower() for p in value.split(";")]
+    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+        return False
+    for p in params:
+        name, _, v = p.partition("=")
+        if name.strip() == "charset" and v.strip().strip('"') not in ("utf-8", "utf8"):
+            return False
+    return True
+
+
+class BodyLimits:
+    """Caps request bodies at --max-payload-bytes (413) and requires JSON on POST (415).
+
+    The body is read here, counting bytes as they arrive (a missing or lying Content-Length does
+    not help), and handed to the app in one piece. A POST without Content-Type is taken as JSON.
+    """
+
+    BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def too_large(self) -> EmbeddingError:
+        return EmbeddingError(413, f"The request body is larger than the server's limit of {self.max_bytes} "
+                                   "bytes (--max-payload-bytes).", headers={"Connection": "close"})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = _header(scope, b"content-length")
+        if declared is not None:
+            if not _DIGITS_RE.match(declared.strip()):
+                return await send_error(send, EmbeddingError(400, "Invalid Content-Length header."))
+            size = int(declared)
+            if size > self.max_bytes:
+                await _discard(receive, size if size <= self.max_bytes + _DISCARD_LIMIT else 0)
+                return await send_error(send, self.too_large())
+        if scope["method"] not in self.BODY_METHODS:
+            return await self.app(scope, receive, send)
+        ctype = _header(scope, b"content-type")
+        if ctype is None:
+            scope = {**scope, "headers": [*scope.get("headers", ()), (b"content-type", b"application/json")]}
+        elif not _json_content_type(ctype):
+            return await send_error(send, EmbeddingError(
+                415, f"Unsupported Content-Type {ctype[:100]!r}: send application/json (UTF-8).",
+                headers={"Connection": "close"}))
+        body = bytearray()
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the client left before sending its body: nobody to answer
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.max_bytes:
+                if more:
+                    await _discard(receive, _DISCARD_LIMIT)
+                return await send_error(send, self.too_large())
+            if not more:
+                break
+        await self.app(scope, _replay(bytes(body), receive), send)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive() that yields the already-read body once, then defers (disconnect detection)."""
+    sent = False
+
+    async def replay() -> dict:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+async def _discard(receive: Receive, budget: int) -> None:
+    """Read and drop up to `budget` bytes of a rejected body, so a client still sending it can read
+    our answer instead of a connection reset; beyond that the connection is simply closed."""
+    while budget > 0:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        budget -= len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
+
+
+def install_middleware(app, server_args: ServerArgs, metrics: ServerMetrics, lifecycle: ServerLifecycle) -> None:
+    """Stack the middlewares on a FastAPI app (added innermost first)."""
+    app.add_middleware(BodyLimits, max_bytes=server_args.max_payload_bytes)
+    if server_args.api_key:
+        app.add_middleware(ApiKeyAuth, api_key=server_args.api_key)
+    app.add_middleware(DrainGuard, lifecycle=lifecycle)
+    if server_args.cors_allow_origin:
+        from starlette.middleware.cors import CORSMiddleware
+
+        app.add_middleware(
+            CORSMiddleware, allow_origins=server_args.cors_allow_origin, allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type", "X-Request-Id"],
+            expose_headers=["x-request-id", "x-queue-time", "x-inference-time", "x-total-time"], max_age=600)
+    routes: set[str] = set()
+
+    def known_routes() -> set[str]:
+        if not routes:
+            routes.update(getattr(r, "path", "") for r in app.routes)
+        return routes
+
+    if server_args.log_requests:  # asked for explicitly: logged even under --log-level warning
+        request_log.setLevel(logging.INFO)
+    app.add_middleware(RequestContext, metrics=metrics, routes=known_routes, log_requests=server_args.log_requests)

@@ -1,0 +1,67 @@
+"""The limits / security / shutdown / observability flags: parsing, defaults, validation."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang.cli import build_serve_parser
+from sglang.srt.server_args import ConfigError, ServerArgs
+
+NEW_FLAGS = ["--api-key", "--cors-allow-origin", "--max-payload-bytes", "--max-client-batch-size",
+             "--request-timeout", "--graceful-timeout", "--startup-timeout", "--log-requests", "--log-request-text", "--log-format"]
+
+
+def _parse(*argv: str) -> ServerArgs:
+    return ServerArgs.from_cli_args(build_serve_parser().parse_args(list(argv)))
+
+
+def test_flags_are_documented_and_defaults_are_safe(monkeypatch):
+    monkeypatch.delenv("SGLANG_API_KEY", raising=False)
+    help_text = build_serve_parser().format_help()
+    for flag in NEW_FLAGS:
+        assert flag in help_text
+    a = _parse()
+    assert a.api_key is None and a.cors_allow_origin == []
+    assert 1 << 20 <= a.max_payload_bytes <= 64 << 20 and a.max_client_batch_size >= 1
+    assert a.request_timeout > 0 and a.graceful_timeout > 0
+    assert not a.log_requests and not a.log_request_text and a.log_format == "text"
+
+
+def test_api_key_from_flag_or_environment_and_never_in_repr(monkeypatch):
+    monkeypatch.setenv("SGLANG_API_KEY", "from-env")
+    assert _parse().api_key == "from-env"
+    a = _parse("--api-key", "from-flag")
+    assert a.api_key == "from-flag" and "from-flag" not in repr(a)
+    monkeypatch.setenv("SGLANG_API_KEY", "")
+    assert _parse().api_key is None
+
+
+def test_cors_origins_repeat_or_comma_separate():
+    a = _parse("--cors-allow-origin", "https://a.example, https://b.example", "--cors-allow-origin", "http://c:1")
+    assert a.cors_allow_origin == ["https://a.example", "https://b.example", "http://c:1"]
+
+
+def test_log_request_text_implies_log_requests():
+    a = _parse("--log-request-text", "--log-format", "json")
+    assert a.log_requests and a.log_format == "json"
+
+
+@pytest.mark.parametrize("kwargs,fragment", [
+    ({"max_payload_bytes": 0}, "--max-payload-bytes"),
+    ({"max_client_batch_size": 0}, "--max-client-batch-size"),
+    ({"request_timeout": -1}, "--request-timeout"),
+    ({"graceful_timeout": -0.5}, "--graceful-timeout"),
+    ({"log_format": "xml"}, "--log-format"),
+    ({"startup_timeout": 0}, "--startup-timeout"),
+    ({"api_key": " padded "}, "--api-key"),
+    ({"api_key": "new\nline"}, "--api-key"),
+])
+def test_bad_values_are_config_errors(kwargs, fragment):
+    with pytest.raises(ConfigError) as e:
+        ServerArgs(**kwargs)
+    assert fragment in str(e.value)
+
+
+def test_zero_timeouts_mean_no_limit():
+    a = ServerArgs(request_timeout=0, graceful_timeout=0)
+    assert a.request_timeout == 0 and a.graceful_timeout == 0

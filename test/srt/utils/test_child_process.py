@@ -1,0 +1,120 @@
+"""Child processes stop only when told (or orphaned), and clean up the IPC directory when orphaned."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import tempfile
+import time
+
+import pytest
+
+from sglang.srt.entrypoints.engine_processes import EngineProcesses, describe_exit
+from sglang.srt.server_args import ConfigError, ServerArgs
+from sglang.srt.utils.process import mark_stopping, prepare_child_process, stop_requested
+
+
+def _child(parent_pid: int, ipc_dir: str) -> None:
+    prepare_child_process(parent_pid, ipc_dir)
+    while True:
+        time.sleep(0.05)
+
+
+def _middle(ipc_dir: str, conn) -> None:
+    ctx = mp.get_context("spawn")
+    p = ctx.Process(target=_child, args=(os.getpid(), ipc_dir))
+    p.start()
+    conn.send(p.pid)
+    p.join()
+
+
+def _killed_while_loading(ready_pipe) -> None:
+    os.kill(os.getpid(), signal.SIGKILL)  # what the OOM killer does to a scheduler loading a model
+
+
+def _never_ready(ready_pipe) -> None:
+    time.sleep(30)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _wait(cond, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
+def test_sigterm_is_ignored_until_the_parent_marks_stopping():
+    ipc_dir = tempfile.mkdtemp(prefix="sglang-childtest-")
+    ctx = mp.get_context("spawn")
+    p = ctx.Process(target=_child, args=(os.getpid(), ipc_dir))
+    p.start()
+    try:
+        time.sleep(1.0)  # let it install its handlers (spawn re-imports)
+        os.kill(p.pid, signal.SIGTERM)  # e.g. systemd signalling the whole group during a drain
+        p.join(0.8)
+        assert p.is_alive()
+        assert not stop_requested(ipc_dir)
+        mark_stopping(ipc_dir)
+        assert stop_requested(ipc_dir)
+        p.terminate()
+        p.join(5)
+        assert p.exitcode == 0
+    finally:
+        if p.is_alive():
+            p.kill()
+        shutil.rmtree(ipc_dir, ignore_errors=True)
+
+
+def test_orphaned_child_exits_and_removes_the_ipc_dir():
+    ipc_dir = tempfile.mkdtemp(prefix="sglang-childtest-")
+    ctx = mp.get_context("spawn")
+    reader, writer = ctx.Pipe(duplex=False)
+    middle = ctx.Process(target=_middle, args=(ipc_dir, writer))
+    middle.start()
+    child_pid = reader.recv()
+    time.sleep(1.0)
+    os.kill(middle.pid, signal.SIGKILL)  # the "server" dies without any cleanup
+    middle.join(5)
+    assert _wait(lambda: _gone(child_pid), 5.0), "orphaned child still running"
+    assert _wait(lambda: not os.path.exists(ipc_dir), 2.0), "orphaned child left the IPC dir behind"
+
+
+def test_exit_codes_in_words():
+    assert describe_exit(3) == "exit code 3"
+    assert "SIGKILL" in describe_exit(-9) and "out-of-memory" in describe_exit(-9)
+    assert describe_exit(-15) == "killed by SIGTERM"
+    assert describe_exit(None) == "still running"
+
+
+@pytest.mark.parametrize("target,timeout,fragment", [
+    (_killed_while_loading, 60.0, "The scheduler process exited during start-up (killed by SIGKILL (possibly "
+                                  "the kernel's out-of-memory killer))"),
+    (_never_ready, 0.5, "The scheduler process did not start within"),
+])
+def test_start_up_failures_end_in_one_clear_error(target, timeout, fragment):
+    engine = EngineProcesses(ServerArgs(startup_timeout=timeout))
+    ctx = mp.get_context("spawn")
+    reader, writer = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=target, args=(writer,))  # the child holds the pipe's write end, as in start()
+    p.start()
+    writer.close()
+    try:
+        with pytest.raises(ConfigError) as e:
+            engine._wait_ready("scheduler", reader, p)
+        assert fragment in str(e.value) and "\n" not in str(e.value)
+    finally:
+        p.kill()
+        p.join(5)
+        engine.port_args.cleanup()
