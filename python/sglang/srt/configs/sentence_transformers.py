@@ -19,6 +19,15 @@ class DenseLayerSpec:
     out_features: int
     bias: bool
     activation: str
+    use_residual: bool = False  # sentence-transformers >= 5.7: out = act(linear(x)) + x (or a projection of x)
+
+
+@dataclass(frozen=True)
+class SpladePoolingSpec:
+    """A sentence-transformers `SpladePooling` module: the checkpoint is a SPLADE sparse encoder."""
+
+    pooling_strategy: str = "max"  # max | sum over the sequence's tokens
+    activation: str = "relu"  # relu: log1p(relu(x)); log1p_relu: log1p(log1p(relu(x)))
 
 
 @dataclass(frozen=True)
@@ -29,6 +38,7 @@ class SentenceTransformersInfo:
     do_lower_case: bool = False
     include_prompt: bool = True
     dense_layers: tuple = field(default_factory=tuple)
+    splade: Optional[SpladePoolingSpec] = None
 
     @property
     def declares_pooling(self) -> bool:
@@ -66,6 +76,7 @@ def read_sentence_transformers_info(model_dir: str) -> SentenceTransformersInfo:
     normalize = False
     include_prompt = True
     dense: list[DenseLayerSpec] = []
+    splade: Optional[SpladePoolingSpec] = None
     for module in modules:
         kind = module.get("type", "")
         sub = os.path.join(model_dir, module.get("path", ""))
@@ -83,8 +94,16 @@ def read_sentence_transformers_info(model_dir: str) -> SentenceTransformersInfo:
                     in_features=int(cfg["in_features"]),
                     out_features=int(cfg["out_features"]),
                     bias=bool(cfg.get("bias", True)),
-                    activation=str(cfg.get("activation_function", "torch.nn.modules.linear.Identity")),
+                    # sentence-transformers' Dense defaults to Tanh when its config names no activation.
+                    activation=str(cfg.get("activation_function", "torch.nn.modules.activation.Tanh")),
+                    use_residual=bool(cfg.get("use_residual", False)),
                 )
+            )
+        elif kind.endswith(".SpladePooling"):
+            cfg = _read_json(os.path.join(sub, "config.json")) or {}
+            splade = SpladePoolingSpec(
+                pooling_strategy=str(cfg.get("pooling_strategy", "max")),
+                activation=str(cfg.get("activation_function", "relu")),
             )
     st_cfg = _read_json(os.path.join(model_dir, "sentence_bert_config.json")) or {}
     max_len = st_cfg.get("max_seq_length")
@@ -95,4 +114,5 @@ def read_sentence_transformers_info(model_dir: str) -> SentenceTransformersInfo:
         do_lower_case=bool(st_cfg.get("do_lower_case", False)),
         include_prompt=include_prompt,
         dense_layers=tuple(dense),
+        splade=splade,
     )

@@ -90,3 +90,37 @@ def load_weights_into(
             raise ConfigError(f"Checkpoint tensor {ckpt_name} does not fit the model: {e}") from e
         loaded.add(name)
     return loaded
+
+
+def read_tensors(model_dir: str, prefixes: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """Only the checkpoint tensors whose names start with `prefixes` (an output head's few
+    matrices); safetensors files are not read beyond those tensors."""
+    files, kind = _weight_files(model_dir)
+    out: dict[str, torch.Tensor] = {}
+    for path in files:
+        if kind == "safetensors":
+            from safetensors import safe_open
+
+            with safe_open(path, framework="pt") as f:
+                out.update({name: f.get_tensor(name) for name in f.keys() if name.startswith(prefixes)})
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+            out.update({name: t for name, t in state.items() if name.startswith(prefixes)})
+            del state
+    return out
+
+
+def fill_parameters(module: nn.Module, state: dict[str, torch.Tensor], what: str) -> None:
+    """Copy `state` (named like the module's parameters) into every parameter of `module`;
+    a missing or misshapen tensor is a ConfigError that names `what` was being loaded."""
+    params = dict(module.named_parameters())
+    missing = sorted(set(params) - set(state))
+    if missing:
+        raise ConfigError(f"{what} lacks weights for: {', '.join(missing)}")
+    with torch.no_grad():
+        for name, param in params.items():
+            tensor = state[name]
+            if tuple(tensor.shape) != tuple(param.shape):
+                raise ConfigError(f"{what}: tensor {name} has shape {tuple(tensor.shape)}, "
+                                  f"expected {tuple(param.shape)}")
+            param.copy_(tensor.to(param.dtype))

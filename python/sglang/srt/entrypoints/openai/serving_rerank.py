@@ -1,0 +1,73 @@
+"""POST /v1/rerank: score (query, document) pairs with a cross-encoder, best first.
+
+Each pair is tokenized as the model's tokenizer joins two texts (InputTokenizer.tokenize_pairs)
+and runs as one input; its single logit becomes `relevance_score = sigmoid(logit)`, the score
+sentence-transformers' CrossEncoder and TEI's /rerank report for one-label models. The response
+follows Cohere / Jina: `results` sorted by score (ties keep request order), each with the
+document's `index` and, unless `return_documents` is false, its text.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Optional
+
+import numpy as np
+import orjson
+
+from sglang.srt.entrypoints.openai.serving_classify import require_classifier
+from sglang.srt.entrypoints.openai.serving_embedding import check_client_batch_size, model_not_found
+from sglang.srt.entrypoints.openai.task_protocol import RerankRequest
+from sglang.srt.managers.errors import EmbeddingError
+from sglang.srt.managers.io_struct import FORMAT_RAW, EmbeddingReqInput
+from sglang.srt.managers.tokenizer_manager import EmbeddingResult, TokenizerManager, payload_to_array
+
+
+def rank(logits: np.ndarray, documents: list[str], top_n: Optional[int], return_documents: bool) -> list[dict]:
+    """Order by logit (sigmoid saturates to 1.0 for large ones), report sigmoid(logit)."""
+    scores = 1.0 / (1.0 + np.exp(-logits))
+    order = sorted(range(len(documents)), key=lambda i: -logits[i])  # stable: ties keep request order
+    if top_n is not None:
+        order = order[:top_n]
+    results = []
+    for i in order:
+        item = {"index": i, "relevance_score": float(scores[i])}
+        if return_documents:
+            item["document"] = {"text": documents[i]}
+        results.append(item)
+    return results
+
+
+class OpenAIServingRerank:
+    def __init__(self, tokenizer_manager: TokenizerManager, served_model_name: str) -> None:
+        self.tm = tokenizer_manager
+        self.served_model_name = served_model_name
+
+    def validate(self, request: RerankRequest) -> None:
+        if request.model is not None and request.model != self.served_model_name:
+            raise model_not_found(request.model)
+        require_classifier(self.tm.model_info, self.served_model_name, "/v1/rerank")
+        labels = self.tm.model_info.get("labels") or []
+        if len(labels) != 1:
+            raise EmbeddingError(400, f"Model '{self.served_model_name}' has {len(labels)} labels; /v1/rerank needs "
+                                      "a cross-encoder with a single relevance logit (use /v1/classify).",
+                                 param="model")
+        if not request.documents:
+            raise EmbeddingError(400, "documents cannot be empty.", param="documents")
+        if request.top_n is not None and request.top_n < 1:
+            raise EmbeddingError(400, f"top_n must be at least 1, got {request.top_n}.", param="top_n")
+
+    async def create_rerank(self, request: RerankRequest, rid: Optional[str] = None) -> tuple[bytes, EmbeddingResult]:
+        self.validate(request)
+        pairs = [(request.query, doc) for doc in request.documents]
+        check_client_batch_size(len(pairs), self.tm.server_args)
+        result = await self.tm.embed(EmbeddingReqInput(text_pairs=pairs, encoding_format=FORMAT_RAW, rid=rid))
+        logits = np.array([payload_to_array(p)[0] for p in result.payloads], dtype=np.float64)
+        tokens = sum(result.prompt_tokens)
+        body = {
+            "id": f"rerank-{rid or uuid.uuid4().hex}",
+            "model": self.served_model_name,
+            "results": rank(logits, request.documents, request.top_n, request.return_documents),
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+        return orjson.dumps(body), result

@@ -1,0 +1,35 @@
+"""POST /embed_sparse (TEI-compatible); the sparse form of /v1/embeddings is in serving_embedding.
+
+TEI answers `[[{"index": token_id, "value": weight}, ...], ...]`, one list per input (also for a
+single string). `return_text: true` adds each token's vocabulary string (rendered by the
+detokenizer). /v1/embeddings on a sparse model answers each `embedding` as a `{"token_id":
+weight}` object, as SGLang does.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from sglang.srt.entrypoints.openai.serving_embedding import check_client_batch_size
+from sglang.srt.entrypoints.openai.task_protocol import SparseEmbedRequest
+from sglang.srt.managers.errors import EmbeddingError
+from sglang.srt.managers.io_struct import FORMAT_SPARSE_TEI, FORMAT_SPARSE_TEI_TEXT, EmbeddingReqInput
+from sglang.srt.managers.tokenizer_manager import EmbeddingResult, TokenizerManager
+
+
+class ServingSparseEmbedding:
+    def __init__(self, tokenizer_manager: TokenizerManager, served_model_name: str) -> None:
+        self.tm = tokenizer_manager
+        self.served_model_name = served_model_name
+
+    async def embed_sparse(self, request: SparseEmbedRequest, rid: Optional[str] = None) -> tuple[bytes, EmbeddingResult]:
+        if not self.tm.model_info.get("sparse_head"):
+            raise EmbeddingError(400, f"Model '{self.served_model_name}' has no sparse head; serve a SPLADE or "
+                                      "bge-m3 checkpoint, or pass --sparse-head.", param="model")
+        texts = [request.inputs] if isinstance(request.inputs, str) else list(request.inputs)
+        if not texts:
+            raise EmbeddingError(400, "Input cannot be empty.", param="inputs")
+        check_client_batch_size(len(texts), self.tm.server_args)
+        fmt = FORMAT_SPARSE_TEI_TEXT if request.return_text else FORMAT_SPARSE_TEI
+        result = await self.tm.embed(EmbeddingReqInput(text=texts, encoding_format=fmt, rid=rid))
+        return b"[" + b",".join(result.payloads) + b"]", result

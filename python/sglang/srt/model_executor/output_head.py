@@ -1,0 +1,104 @@
+"""The output head: what the runner makes of a batch's final hidden states.
+
+Chosen once at start-up from ModelConfig.output:
+- dense: pooling, then the sentence-transformers Dense modules, then L2 normalization where the
+  checkpoint says so (PooledEmbeddingHead);
+- logits: a classification head (layers/classifier_heads.py);
+- sparse: bge-m3's token-weight head or SPLADE (layers/sparse_heads.py), run only when some input
+  of the batch asked for a sparse format; a model may have a dense head and a sparse one (bge-m3).
+Heads run eagerly after the backbone (outside any CUDA graph).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from sglang.srt.configs.model_config import ModelConfig
+from sglang.srt.layers.classifier_heads import build_classifier
+from sglang.srt.layers.pooler import Pooler
+from sglang.srt.layers.sparse_heads import SpladeHead, TokenWeightHead
+from sglang.srt.layers.st_dense import STDenseStack
+from sglang.srt.managers.io_struct import ForwardOutput
+from sglang.srt.model_executor.forward_batch import ForwardBatch
+from sglang.srt.server_args import ServerArgs
+
+
+class PooledEmbeddingHead(nn.Module):
+    """Pool (float32) -> sentence-transformers Dense modules -> normalize: SentenceTransformer.encode's order."""
+
+    def __init__(self, model_config: ModelConfig) -> None:
+        super().__init__()
+        dense = model_config.st_info.dense_layers
+        self.normalize = model_config.normalize
+        # Without Dense modules the pooler normalizes itself; with them, normalization comes last.
+        self.pooler = Pooler(model_config.pooling, self.normalize and not dense)
+        self.dense = STDenseStack(dense) if dense else None
+
+    def forward(self, hidden: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
+        x = self.pooler(hidden, fb)
+        if self.dense is None:
+            return x
+        x = self.dense(x)
+        return F.normalize(x, p=2, dim=-1) if self.normalize else x
+
+
+def special_token_ids(server_args: ServerArgs) -> list[int]:
+    """Ids a sparse output must never contain ([CLS], </s>, padding, ...), from the tokenizer."""
+    from sglang.srt.managers.tokenization import load_tokenizer
+
+    tokenizer = load_tokenizer(server_args.tokenizer_path, server_args.trust_remote_code)
+    return sorted(set(int(i) for i in tokenizer.all_special_ids))
+
+
+def _build_sparse(mc: ModelConfig, model: nn.Module, device: torch.device, server_args: ServerArgs) -> nn.Module:
+    cfg = mc.output.sparse
+    special = special_token_ids(server_args)
+    if cfg.kind == "linear":
+        return TokenWeightHead(mc.hidden_size, cfg.path, special, mc.vocab_size).to(device, mc.dtype).eval()
+    word_embeddings = model.embeddings.word_embeddings.weight
+    head = SpladeHead(mc.hf_config, cfg.mlm_naming, cfg.pooling, special, word_embeddings)
+    head = head.to(device, mc.dtype).eval()
+    head.load(mc.model_path)
+    return head
+
+
+class OutputHead:
+    def __init__(self, dense: Optional[nn.Module], sparse: Optional[nn.Module]) -> None:
+        self.dense_head = dense
+        self.sparse_head = sparse
+
+    @classmethod
+    def build(cls, model_config: ModelConfig, model: nn.Module, device: torch.device,
+              server_args: ServerArgs) -> "OutputHead":
+        out = model_config.output
+        dense: Optional[nn.Module] = None
+        if out.classifier is not None:
+            text_config = model_config.hf_config.get_text_config() if hasattr(
+                model_config.hf_config, "get_text_config") else model_config.hf_config
+            dense = build_classifier(out.classifier, text_config, len(out.labels), model_config.model_path,
+                                     device, model_config.dtype)
+        elif out.has_dense:
+            dense = PooledEmbeddingHead(model_config).to(device)
+        sparse = _build_sparse(model_config, model, device, server_args) if out.sparse is not None else None
+        return cls(dense, sparse)
+
+    def dense(self, hidden: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
+        """float32 [B, dim] vectors or logits; [B, 0] for a model that only has a sparse head."""
+        if self.dense_head is None:
+            return hidden.new_zeros((fb.batch_size, 0), dtype=torch.float32)
+        return self.dense_head(hidden, fb)
+
+    def run(self, hidden: torch.Tensor, fb: ForwardBatch, sparse_rows: Sequence[bool]) -> Union[np.ndarray, ForwardOutput]:
+        """The dense output for the batch, plus sparse rows when any input asked for them."""
+        dense = self.dense(hidden, fb).to("cpu", torch.float32).numpy()
+        if not any(sparse_rows):
+            return dense
+        if self.sparse_head is None:  # the HTTP side refuses sparse formats for such models
+            raise ValueError("this model has no sparse head")
+        indices, values, offsets = (t.cpu().numpy() for t in self.sparse_head(hidden, fb))
+        return ForwardOutput(dense, indices, values, offsets)

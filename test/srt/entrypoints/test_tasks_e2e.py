@@ -1,0 +1,187 @@
+"""/v1/rerank, /v1/classify, /embed_sparse and the logit / sparse forms of /v1/embeddings on real
+servers over tiny checkpoints: a BERT cross-encoder, a Qwen2 3-label classifier, and a bge-m3-like
+XLM-R started with --sparse-head; plus Engine.encode on a SPLADE model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import requests
+import torch
+
+from sglang.srt.entrypoints.openai.task_protocol import ClassifyResponse, RerankResponse, SparseValue
+from test.helpers.server import ServerProcess
+from test.helpers.tiny_task_models import build_tiny_bert_task, build_tiny_decoder_classifier, build_tiny_xlm_roberta
+
+pytestmark = pytest.mark.slow
+
+QUERY = "the river"
+DOCS = ["a dog in the house", "the river by the mountain", "three blue books", "water and fire in the city"]
+LABELS = {0: "negative", 1: "positive", 2: "neutral"}
+SERVER_ARGS = ("--max-batch-size", "8", "--cpu-threads", "1")
+
+
+def _post(server: ServerProcess, path: str, payload) -> requests.Response:
+    return requests.post(server.base_url + path, json=payload, timeout=60)
+
+
+def _hf_logits(model_dir: str, first: list[str], second=None) -> np.ndarray:
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForSequenceClassification.from_pretrained(model_dir, attn_implementation="eager").eval()
+    with torch.no_grad():
+        return model(**tok(first, second, padding=True, return_tensors="pt")).logits.numpy()
+
+
+def _error(resp: requests.Response, status: int, param=None) -> str:
+    assert resp.status_code == status, resp.text
+    err = resp.json()["error"]
+    if param is not None:
+        assert err["param"] == param, err
+    return err["message"]
+
+
+@pytest.fixture(scope="module")
+def cross_encoder(tmp_path_factory):
+    d = build_tiny_bert_task(str(tmp_path_factory.mktemp("ce")), "seq_cls", num_labels=1, id2label={0: "relevant"})
+    with ServerProcess("--model-path", d, "--served-model-name", "ce", *SERVER_ARGS) as s:
+        s.model_dir = d
+        yield s
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory):
+    d = build_tiny_decoder_classifier(str(tmp_path_factory.mktemp("cls")), "qwen2", num_labels=3, id2label=LABELS)
+    with ServerProcess("--model-path", d, "--served-model-name", "cls", *SERVER_ARGS) as s:
+        s.model_dir = d
+        yield s
+
+
+@pytest.fixture(scope="module")
+def sparse(tmp_path_factory):
+    d = build_tiny_xlm_roberta(str(tmp_path_factory.mktemp("m3")), st_pooling="cls", sparse_linear=True)
+    with ServerProcess("--model-path", d, "--served-model-name", "m3", "--sparse-head", "sparse_linear.pt",
+                       *SERVER_ARGS) as s:
+        s.model_dir = d
+        yield s
+
+
+def test_rerank_orders_documents_like_transformers(cross_encoder):
+    r = _post(cross_encoder, "/v1/rerank", {"query": QUERY, "documents": DOCS, "model": "ce"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    RerankResponse.model_validate(body)  # the schema /docs advertises
+    logits = _hf_logits(cross_encoder.model_dir, [QUERY] * len(DOCS), DOCS)[:, 0]
+    assert [x["index"] for x in body["results"]] == np.argsort(-logits, kind="stable").tolist()
+    scores = {x["index"]: x["relevance_score"] for x in body["results"]}
+    np.testing.assert_allclose([scores[i] for i in range(len(DOCS))], 1 / (1 + np.exp(-logits)), atol=1e-5)
+    assert body["results"][0]["document"]["text"] == DOCS[body["results"][0]["index"]]
+    assert body["model"] == "ce" and body["usage"]["prompt_tokens"] > 0 and "x-inference-time" in r.headers
+    top = _post(cross_encoder, "/v1/rerank", {"query": QUERY, "documents": DOCS, "top_n": 2,
+                                              "return_documents": False}).json()["results"]
+    assert [x["index"] for x in top] == [x["index"] for x in body["results"][:2]] and "document" not in top[0]
+
+
+def test_cross_encoder_classify_and_embeddings_give_its_logit(cross_encoder):
+    logit = float(_hf_logits(cross_encoder.model_dir, ["the cat"])[0, 0])
+    item = _post(cross_encoder, "/v1/classify", {"input": "the cat"}).json()["data"][0]
+    assert item["label"] == "relevant" and item["num_classes"] == 1
+    assert abs(item["logits"][0] - logit) <= 1e-4 and abs(item["probs"][0] - 1 / (1 + np.exp(-logit))) <= 1e-5
+    emb = _post(cross_encoder, "/v1/embeddings", {"input": ["the cat"]}).json()["data"][0]["embedding"]
+    assert len(emb) == 1 and abs(emb[0] - logit) <= 1e-4
+
+
+@pytest.mark.parametrize("payload, status, param", [
+    ({"query": QUERY, "documents": []}, 400, "documents"),
+    ({"query": QUERY, "documents": DOCS, "top_n": 0}, 400, "top_n"),
+    ({"query": "  ", "documents": DOCS}, 400, "query"),
+    ({"query": QUERY, "documents": ["ok", ""]}, 400, "documents"),
+    ({"query": QUERY, "documents": "not a list"}, 400, "documents"),
+    ({"documents": DOCS}, 400, "query"),
+    ({"query": QUERY, "documents": DOCS, "model": "other"}, 404, "model"),
+])
+def test_rerank_bad_inputs(cross_encoder, payload, status, param):
+    _error(_post(cross_encoder, "/v1/rerank", payload), status, param)
+
+
+def test_classify_labels_match_transformers(classifier):
+    texts = ["the cat", "a fast embedding server", "three blue books in the house by the river"]
+    r = _post(classifier, "/v1/classify", {"input": texts, "model": "cls"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    ClassifyResponse.model_validate(body)
+    ref = _hf_logits(classifier.model_dir, texts)
+    assert [d["label"] for d in body["data"]] == [LABELS[i] for i in ref.argmax(1)]
+    np.testing.assert_allclose([d["logits"] for d in body["data"]], ref, atol=1e-4)
+    probs = np.asarray([d["probs"] for d in body["data"]])
+    np.testing.assert_allclose(probs, np.exp(ref) / np.exp(ref).sum(1, keepdims=True), atol=1e-5)
+    assert body["object"] == "list" and body["model"] == "cls" and body["usage"]["prompt_tokens"] > 0
+
+
+@pytest.mark.parametrize("path, payload, status, param", [
+    ("/v1/classify", {"input": []}, 400, "input"),
+    ("/v1/classify", {"input": ""}, 400, "input"),
+    ("/v1/classify", {"input": {"text": "x"}}, 400, "input"),
+    ("/v1/classify", {"input": "x", "model": "other"}, 404, "model"),
+    ("/v1/rerank", {"query": QUERY, "documents": DOCS}, 400, "model"),  # 3 labels: not a reranker
+    ("/embed_sparse", {"inputs": "x"}, 400, "model"),  # no sparse head
+])
+def test_classifier_bad_inputs(classifier, path, payload, status, param):
+    _error(_post(classifier, path, payload), status, param)
+
+
+def test_embed_sparse_is_tei_shaped_with_optional_texts(sparse):
+    texts = ["the cat and the dog", "river"]
+    r = _post(sparse, "/embed_sparse", {"inputs": texts, "truncate": False})
+    assert r.status_code == 200, r.text
+    rows = r.json()
+    assert len(rows) == 2 and all(set(e) == {"index", "value"} for e in rows[0])
+    assert [e["index"] for e in rows[0]] == sorted(e["index"] for e in rows[0]) and all(e["value"] > 0 for e in rows[0])
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(sparse.model_dir)
+    ids = set(tok(texts[0])["input_ids"]) - set(tok.all_special_ids)
+    assert {e["index"] for e in rows[0]} <= ids
+    with_text = _post(sparse, "/embed_sparse", {"inputs": "the cat and the dog", "return_text": True}).json()
+    assert [e["index"] for e in with_text[0]] == [e["index"] for e in rows[0]]
+    assert all(SparseValue.model_validate(e).text for e in with_text[0])
+    assert [e["text"] for e in with_text[0]] == tok.convert_ids_to_tokens([e["index"] for e in rows[0]])
+
+
+def test_embeddings_answer_sparse_dicts(sparse):
+    single = _post(sparse, "/embed_sparse", {"inputs": "the cat and the dog"}).json()[0]
+    r = _post(sparse, "/v1/embeddings", {"input": ["the cat and the dog"], "model": "m3"})
+    assert r.status_code == 200, r.text
+    emb = r.json()["data"][0]["embedding"]
+    assert {int(k): v for k, v in emb.items()} == {e["index"]: e["value"] for e in single}
+    _error(_post(sparse, "/v1/embeddings", {"input": "x", "encoding_format": "base64"}), 400, "encoding_format")
+
+
+@pytest.mark.parametrize("payload, param", [
+    ({"inputs": []}, "inputs"), ({"inputs": [""]}, "input"), ({"inputs": 5}, "inputs"), ({}, "inputs"),
+    ({"inputs": "x", "return_text": "yes"}, "return_text"),
+])
+def test_embed_sparse_bad_inputs(sparse, payload, param):
+    _error(_post(sparse, "/embed_sparse", payload), 400, param)
+    _error(_post(sparse, "/v1/classify", {"input": "x"}), 400, "model")
+
+
+def test_engine_encode_returns_sparse_dicts_for_splade(tmp_path):
+    import sglang
+    from sentence_transformers import SparseEncoder
+    from transformers import AutoTokenizer
+
+    from test.helpers.tiny_task_models import build_tiny_splade
+
+    d = build_tiny_splade(str(tmp_path / "splade"))
+    texts = ["the cat and the dog", "three blue books"]
+    with sglang.Engine(model_path=d, cpu_threads=1) as engine:
+        assert engine.get_model_info()["embeddings_output"] == "sparse"
+        out = engine.encode(texts)
+    ref = SparseEncoder(d, device="cpu").encode(texts).to_dense().numpy()
+    ref[:, AutoTokenizer.from_pretrained(d).all_special_ids] = 0.0
+    for item, expected in zip(out, ref):
+        emb = item["embedding"]
+        assert sorted(emb) == np.flatnonzero(expected).tolist() and all(isinstance(k, int) for k in emb)
+        np.testing.assert_allclose([emb[k] for k in sorted(emb)], expected[sorted(emb)], rtol=1e-4, atol=1e-5)
