@@ -10,11 +10,17 @@ def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     return F.gelu(x, approximate="tanh")
 
 
+def _quick_gelu(x: torch.Tensor) -> torch.Tensor:
+    """CLIP's sigmoid approximation of GELU (the Qwen2-VL vision tower's MLP)."""
+    return x * torch.sigmoid(1.702 * x)
+
+
 _ACTIVATIONS = {
     "gelu": F.gelu,
     "gelu_new": _gelu_tanh,
     "gelu_pytorch_tanh": _gelu_tanh,
     "gelu_fast": _gelu_tanh,
+    "quick_gelu": _quick_gelu,
     "relu": F.relu,
     "silu": F.silu,
     "swish": F.silu,

@@ -24,6 +24,8 @@ def rope_parameters(config) -> dict:
     params = dict(getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {})
     params.setdefault("rope_theta", getattr(config, "rope_theta", None) or 10000.0)
     params["rope_type"] = params.get("rope_type") or params.get("type") or "default"
+    if params["rope_type"] == "mrope":  # Qwen2-VL before transformers 5: plain frequencies, 3-D positions
+        params["rope_type"] = "default"
     return params
 
 
@@ -81,9 +83,43 @@ class RotaryEmbedding(nn.Module):
 
     def rotate(self, x: torch.Tensor, cos_sin: torch.Tensor) -> torch.Tensor:
         """x: [T, heads * head_dim] -> the same shape and dtype, rotated per position."""
-        t = x.shape[0]
-        xf = x.reshape(t, -1, self.head_dim).float()
-        cos, sin = cos_sin.unsqueeze(1).chunk(2, dim=-1)
-        x1, x2 = xf.chunk(2, dim=-1)
-        out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
-        return out.reshape(t, -1).to(x.dtype)
+        return apply_rotary(x, cos_sin, self.head_dim)
+
+
+def apply_rotary(x: torch.Tensor, cos_sin: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """Neox-style rotation of x [T, heads * head_dim] by cos_sin [T, head_dim] (cos | sin per pair),
+    in float32; shared by the decoders' RoPE and the Qwen2-VL vision tower's 2-D RoPE."""
+    t = x.shape[0]
+    xf = x.reshape(t, -1, head_dim).float()
+    cos, sin = cos_sin.unsqueeze(1).chunk(2, dim=-1)
+    x1, x2 = xf.chunk(2, dim=-1)
+    out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    return out.reshape(t, -1).to(x.dtype)
+
+
+class MRotaryEmbedding(RotaryEmbedding):
+    """Qwen2-VL's multimodal RoPE (M-RoPE): each token has a (temporal, height, width) position and
+    the rotary pairs are split into three sections (`mrope_section`, summing to head_dim / 2), each
+    turned by one of the three coordinates.
+
+    Text tokens have three equal coordinates, which makes M-RoPE exactly plain RoPE: a batch
+    without images keeps 1-D positions [T] (the ordinary lookup, CUDA-graph friendly); a batch with
+    images passes positions [3, T] and pays for three lookups and one gather.
+    """
+
+    def __init__(self, head_dim: int, max_positions: int, params: dict) -> None:
+        super().__init__(head_dim, max_positions, params)
+        section = [int(s) for s in params.get("mrope_section") or ()]
+        if len(section) != 3 or sum(section) != head_dim // 2:
+            raise ConfigError(f"mrope_section {section} must be three numbers summing to "
+                              f"head_dim / 2 = {head_dim // 2}")
+        # Which coordinate (0: t, 1: h, 2: w) turns each column of a cos|sin row.
+        per_pair = torch.repeat_interleave(torch.arange(3), torch.tensor(section))
+        self.register_buffer("section_of_column", torch.cat([per_pair, per_pair]), persistent=False)
+
+    def lookup(self, positions: torch.Tensor) -> torch.Tensor:
+        if positions.dim() == 1:
+            return super().lookup(positions)
+        rows = self.cos_sin_cache[positions]  # [3, T, head_dim]
+        index = self.section_of_column.view(1, 1, -1).expand(1, rows.shape[1], -1)
+        return rows.gather(0, index).squeeze(0)

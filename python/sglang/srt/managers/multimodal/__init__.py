@@ -1,0 +1,1 @@
+"""Image inputs: fetching (image_fetch), model preprocessing (processors), request items (preparer)."""

@@ -1,0 +1,34 @@
+"""`input` as a list of {"text", "image"} objects: parsing, precise errors, and the request it becomes."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest
+from sglang.srt.entrypoints.openai.serving_embedding import to_req_input
+from sglang.srt.managers.io_struct import MultimodalItem
+
+
+def test_objects_become_multimodal_items_and_strings_stay_text():
+    req = to_req_input(EmbeddingRequest(input=[{"text": "a"}, {"image": "data:x"}, {"text": "b", "image": "u"}],
+                                        dimensions=8), rid="r")
+    assert req.items == [MultimodalItem("a", None), MultimodalItem(None, "data:x"), MultimodalItem("b", "u")]
+    assert req.text is None and req.input_ids is None and req.batch_size == 3 and req.dimensions == 8
+    plain = to_req_input(EmbeddingRequest(input=["a", "b"]))
+    assert plain.text == ["a", "b"] and plain.items is None
+    assert to_req_input(EmbeddingRequest(input=[1, 2])).input_ids == [[1, 2]]
+
+
+@pytest.mark.parametrize("inp, message", [
+    ([{"text": "a"}, "b"], "'input' cannot mix {\"text\", \"image\"} objects with strings or token ids."),
+    ([{"text": "a"}, {}], "Item 1: needs 'text', 'image' or both."),
+    ([{"text": None, "image": None}], "Item 0: needs 'text', 'image' or both."),
+    ([{"text": "a", "images": "x"}], "Item 0: unknown field(s) images; use 'text' and 'image'."),
+    ([{"image": 5}], "Item 0: 'image' must be a string."),
+])
+def test_malformed_objects_say_what_is_wrong(inp, message):
+    with pytest.raises(ValidationError) as err:
+        EmbeddingRequest(input=inp)
+    first = err.value.errors()[0]
+    assert first["type"] == "value_error" and first["msg"] == "Value error, " + message
