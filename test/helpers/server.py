@@ -12,6 +12,11 @@ from typing import Optional
 import requests
 
 from sglang.srt.utils.network import get_free_port
+from sglang.srt.utils.process import set_parent_death_signal
+
+
+def _die_with_parent() -> None:
+    set_parent_death_signal(signal.SIGTERM)
 
 
 class ServerProcess:
@@ -22,8 +27,10 @@ class ServerProcess:
         full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
         self.log_path = f"/tmp/sglang-test-server-{self.port}.log"
         self._log = open(self.log_path, "w")
+        # Own session (so signals to the test runner's group do not reach it), but it still dies
+        # with the test process if pytest is killed: no stray servers after a timeout.
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=full_env,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=_die_with_parent)
         self._wait_healthy(timeout)
 
     def _wait_healthy(self, timeout: float) -> None:
@@ -49,6 +56,35 @@ class ServerProcess:
         """PIDs of every process in the server's session except the server itself."""
         out = subprocess.run(["ps", "-o", "pid=", "-s", str(self.proc.pid)], capture_output=True, text=True)
         return [int(p) for p in out.stdout.split() if int(p) != self.proc.pid]
+
+    def ipc_dir(self) -> str:
+        """The IPC directory this server's processes bound their ZeroMQ sockets in.
+
+        Read from /proc/net/unix and the children's socket fds: other servers may start and stop
+        in /tmp meanwhile, so a before/after listing of /tmp is not enough.
+        """
+        paths = {}
+        with open("/proc/net/unix") as f:
+            for line in f.readlines()[1:]:
+                parts = line.split()
+                if len(parts) >= 8 and "/sglang-embed-" in parts[7]:
+                    paths[parts[6]] = parts[7]
+        dirs = set()
+        for pid in self.children():
+            try:
+                fds = os.listdir(f"/proc/{pid}/fd")
+            except FileNotFoundError:
+                continue
+            for fd in fds:
+                try:
+                    link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                if link.startswith("socket:[") and link[8:-1] in paths:
+                    dirs.add(os.path.dirname(paths[link[8:-1]]))
+        if len(dirs) != 1:
+            raise AssertionError(f"expected one IPC directory, found {dirs}")
+        return dirs.pop()
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
         if self.proc.poll() is None:

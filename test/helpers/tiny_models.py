@@ -187,3 +187,71 @@ def build_tiny_qwen2(out_dir: str, **kwargs) -> str:
 
 def build_tiny_llama(out_dir: str, **kwargs) -> str:
     return build_tiny_decoder(out_dir, "llama", **kwargs)
+
+
+# ----- GME / Qwen2-VL (multimodal embeddings) -----
+
+QWEN2_VL_SPECIAL_TOKENS = (
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
+    "<|image_pad|>", "<|video_pad|>",
+)
+GME_SYSTEM_WORDS = "You are a helpful assistant. system user"
+
+
+def build_qwen2_vl_tokenizer(out_dir: str) -> dict[str, int]:
+    """A byte-level BPE tokenizer with Qwen2-VL's special tokens and no post-processor (the chat
+    template writes every special token itself). Returns the special tokens' ids."""
+    from tokenizers import Tokenizer, decoders, pre_tokenizers, trainers
+    from tokenizers.models import BPE
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=360, special_tokens=list(QWEN2_VL_SPECIAL_TOKENS), show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([" ".join(WORDS) + " " + GME_SYSTEM_WORDS] * 3 + WORDS, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    fast.save_pretrained(out_dir)
+    return {t: tok.token_to_id(t) for t in QWEN2_VL_SPECIAL_TOKENS}
+
+
+def build_tiny_gme(out_dir: str, seed: int = 0, min_pixels: int = 28 * 28 * 4, max_pixels: int = 28 * 28 * 16,
+                   **text_overrides) -> str:
+    """A random GME-shaped Qwen2VLForConditionalGeneration: a 2-block vision tower (embed 32, 2 heads,
+    patch 14, 2x2 merge, temporal patch 2), a 2-layer Qwen2 decoder (hidden 64, 4 heads, 2 kv heads,
+    M-RoPE sections [2, 3, 3]), a tokenizer with the Qwen2-VL special tokens and a saved PIL
+    Qwen2VLImageProcessor whose small pixel range keeps an image to 4-16 merged tokens."""
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    os.makedirs(out_dir, exist_ok=True)
+    ids = build_qwen2_vl_tokenizer(out_dir)
+    from transformers import AutoTokenizer
+
+    vocab = len(AutoTokenizer.from_pretrained(out_dir))
+    text = dict(
+        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-6,
+        rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3], "rope_theta": 10000.0},
+        bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"],
+    )
+    text.update(text_overrides)
+    vision = dict(depth=2, embed_dim=32, num_heads=2, mlp_ratio=2, hidden_size=text["hidden_size"], patch_size=14,
+                  spatial_merge_size=2, temporal_patch_size=2, in_channels=3)
+    config = Qwen2VLConfig(
+        text_config=text, vision_config=vision, image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"], tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2VLForConditionalGeneration(config).eval()
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():  # every weight random, norms near one (see _randomize)
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
+            is_norm = ("norm" in name or "ln_q" in name) and name.endswith(".weight")
+            p.copy_(1.0 + 0.1 * noise if is_norm else 0.1 * noise)
+    model.save_pretrained(out_dir)
+    Qwen2VLImageProcessorPil(min_pixels=min_pixels, max_pixels=max_pixels).save_pretrained(out_dir)
+    return out_dir

@@ -51,6 +51,7 @@ class ServerArgs:
     allow_auto_truncate: bool = False
     json_model_override_args: str = "{}"
     chat_template: Optional[str] = None
+    sparse_head: Optional[str] = None
 
     # HTTP
     host: str = "127.0.0.1"
@@ -75,6 +76,24 @@ class ServerArgs:
     tokenizer_worker_num: int = 1
     startup_timeout: float = 600.0
 
+    # Limits, security, shutdown and observability (docs/operations.md)
+    api_key: Optional[str] = field(default=None, repr=False)  # default: $SGLANG_API_KEY
+    cors_allow_origin: list[str] = field(default_factory=list)
+    max_payload_bytes: int = 8 * 1024 * 1024
+    max_client_batch_size: int = 2048
+    request_timeout: float = 600.0
+    graceful_timeout: float = 30.0
+    log_requests: bool = False
+    log_request_text: bool = False
+    log_format: str = "text"
+
+    # Image inputs (docs/multimodal.md)
+    allowed_local_media_path: Optional[str] = None  # None: image paths on the server's disk refused
+    mm_min_pixels: Optional[int] = None  # None: the checkpoint's preprocessor_config.json
+    mm_max_pixels: Optional[int] = None
+    mm_image_timeout: float = 10.0
+    mm_max_image_bytes: int = 20 * 1024 * 1024
+
     # Filled in by __post_init__
     model_override_args: dict = field(default_factory=dict, init=False, repr=False)
 
@@ -94,6 +113,11 @@ class ServerArgs:
         if not isinstance(overrides, dict):
             raise ConfigError("--json-model-override-args must be a JSON object")
         self.model_override_args = overrides
+        if self.api_key is None:
+            self.api_key = os.environ.get("SGLANG_API_KEY") or None
+        self.cors_allow_origin = [o.strip() for item in self.cors_allow_origin for o in item.split(",") if o.strip()]
+        if self.log_request_text:
+            self.log_requests = True
         self._validate()
 
     def _validate(self) -> None:
@@ -102,11 +126,13 @@ class ServerArgs:
             "device": ("auto", "cpu", "cuda"),
             "attention_backend": ("auto", "torch_native", "flashinfer"),
             "log_level": ("debug", "info", "warning", "error", "critical"),
+            "log_format": ("text", "json"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}")
-        positive = ("max_batch_size", "max_num_tokens", "max_queue_size", "tokenizer_worker_num")
+        positive = ("max_batch_size", "max_num_tokens", "max_queue_size", "tokenizer_worker_num",
+                    "max_payload_bytes", "max_client_batch_size")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
@@ -120,8 +146,33 @@ class ServerArgs:
             raise ConfigError("--cuda-graph-max-tokens and --cuda-graph-max-seqs must be at least 1")
         if not (0.0 < self.mem_fraction_static <= 1.0):
             raise ConfigError("--mem-fraction-static must be in (0, 1]")
+        if self.startup_timeout <= 0:
+            raise ConfigError("--startup-timeout must be > 0 seconds")
+        if self.request_timeout < 0 or self.graceful_timeout < 0:
+            raise ConfigError("--request-timeout and --graceful-timeout must be >= 0 seconds (0: no limit)")
+        if self.api_key is not None and not (self.api_key.isascii() and self.api_key.isprintable()
+                                             and self.api_key.strip() == self.api_key and self.api_key):
+            raise ConfigError("--api-key / SGLANG_API_KEY must be non-empty printable ASCII without surrounding spaces")
         if not (0 < self.port < 65536):
             raise ConfigError("--port must be between 1 and 65535")
+        self._validate_multimodal()
+
+    def _validate_multimodal(self) -> None:
+        if self.chat_template is not None:
+            from sglang.srt.conversation import load_chat_template
+
+            load_chat_template(self.chat_template)  # an unknown name or a bad file: one ConfigError line
+        if self.allowed_local_media_path is not None:
+            self.allowed_local_media_path = os.path.abspath(os.path.expanduser(self.allowed_local_media_path))
+            if not os.path.isdir(self.allowed_local_media_path):
+                raise ConfigError(f"--allowed-local-media-path {self.allowed_local_media_path} is not a directory")
+        for name in ("mm_min_pixels", "mm_max_pixels", "mm_max_image_bytes"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.mm_min_pixels and self.mm_max_pixels and self.mm_min_pixels > self.mm_max_pixels:
+            raise ConfigError("--mm-min-pixels must not be above --mm-max-pixels")
+        if self.mm_image_timeout <= 0:
+            raise ConfigError("--mm-image-timeout must be > 0 seconds")
 
     # ----- CLI -----
     @staticmethod
@@ -150,7 +201,15 @@ class ServerArgs:
                        help="Cut over-long inputs at the context length instead of answering 400.")
         g.add_argument("--json-model-override-args", default="{}",
                        help='JSON merged into the model config, e.g. \'{"matryoshka_dimensions": [128, 256]}\'.')
-        g.add_argument("--chat-template", default=None, help="Chat template name or file.")
+        g.add_argument("--chat-template", default=None,
+                       help='How {"text", "image"} inputs become prompts: a registered name (gme-qwen2-vl) '
+                            "or a Jinja / JSON template file (docs/multimodal.md).")
+        g.add_argument("--sparse-head", default=None, metavar="PATH|splade",
+                       help="Serve sparse {token_id: weight} embeddings, also on /v1/embeddings: PATH to a "
+                            "bge-m3-style sparse_linear.pt (relative to the model directory or absolute), or "
+                            "`splade` for the checkpoint's masked-LM head. Without it, a sparse_linear.pt beside "
+                            "the weights enables /embed_sparse (bge-m3), and a sentence-transformers "
+                            "SpladePooling module makes the model sparse.")
 
         g = parser.add_argument_group("http")
         g.add_argument("--host", default=d["host"].default, help="Address to listen on.")
@@ -188,6 +247,46 @@ class ServerArgs:
                             "of the device's total (weights, activations, CUDA graphs, workspaces).")
         g.add_argument("--tokenizer-worker-num", type=int, default=d["tokenizer_worker_num"].default,
                        help="HTTP + tokenizer processes sharing the port.")
+
+        g = parser.add_argument_group("limits, security and shutdown (docs/operations.md)")
+        g.add_argument("--api-key", default=None,
+                       help="Require `Authorization: Bearer KEY` on every route but /health "
+                            "(default: $SGLANG_API_KEY; unset: no authentication).")
+        g.add_argument("--cors-allow-origin", action="append", default=[], metavar="ORIGIN",
+                       help="Allow browser requests from ORIGIN (repeatable or comma-separated; `*` for any). "
+                            "Default: CORS closed.")
+        g.add_argument("--max-payload-bytes", type=int, default=d["max_payload_bytes"].default,
+                       help="Largest request body; bigger ones get 413.")
+        g.add_argument("--max-client-batch-size", type=int, default=d["max_client_batch_size"].default,
+                       help="Most inputs in one request; more get 413.")
+        g.add_argument("--request-timeout", type=float, default=d["request_timeout"].default,
+                       help="Seconds a request may wait in the queue before it is dropped with 504 (0: no limit).")
+        g.add_argument("--startup-timeout", type=float, default=d["startup_timeout"].default,
+                       help="Seconds the scheduler may take to load the model and report ready before "
+                            "start-up fails.")
+        g.add_argument("--graceful-timeout", type=float, default=d["graceful_timeout"].default,
+                       help="On SIGTERM/SIGINT, seconds to finish in-flight requests before cancelling them "
+                            "(0: wait for all).")
+
+        g = parser.add_argument_group("observability")
+        g.add_argument("--log-requests", action="store_true",
+                       help="Log one line per HTTP request (id, route, status, inputs, tokens, timings).")
+        g.add_argument("--log-request-text", action="store_true",
+                       help="Also log the request's input text (implies --log-requests; off by default).")
+        g.add_argument("--log-format", default=d["log_format"].default, choices=["text", "json"],
+                       help="text: human-readable lines; json: one JSON object per line, in every process.")
+
+        g = parser.add_argument_group("image inputs (docs/multimodal.md)")
+        g.add_argument("--allowed-local-media-path", default=None, metavar="DIR",
+                       help="Let requests name image files under DIR on the server (default: refused).")
+        g.add_argument("--mm-min-pixels", type=int, default=None,
+                       help="Smallest image area after resizing (default: the checkpoint's preprocessor config).")
+        g.add_argument("--mm-max-pixels", type=int, default=None,
+                       help="Largest image area after resizing (default: the checkpoint's preprocessor config).")
+        g.add_argument("--mm-image-timeout", type=float, default=d["mm_image_timeout"].default,
+                       help="Seconds to fetch one image URL, redirects included.")
+        g.add_argument("--mm-max-image-bytes", type=int, default=d["mm_max_image_bytes"].default,
+                       help="Largest encoded image (URL, data URI, base64 or file).")
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> "ServerArgs":

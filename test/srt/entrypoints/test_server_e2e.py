@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import glob
 import os
 import signal
 import time
@@ -164,23 +163,19 @@ def _running(pids: list[int]) -> list[int]:
     return alive
 
 
-def _ipc_dirs() -> set[str]:
-    return set(glob.glob("/tmp/sglang-embed-*"))
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_clean_shutdown_leaves_nothing_behind(sig):
-    before = _ipc_dirs()
     s = ServerProcess()
     children = s.children()
     assert len(children) >= 2  # scheduler and detokenizer (plus multiprocessing's helper)
-    assert len(_ipc_dirs() - before) == 1
+    ipc_dir = s.ipc_dir()
+    assert os.stat(ipc_dir).st_mode & 0o777 == 0o700
     assert s.stop(sig) == 0
     deadline = time.monotonic() + 5
     while _running(children) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _running(children)
-    assert _ipc_dirs() == before
+    assert not os.path.exists(ipc_dir)
 
 
 def test_health_fails_and_server_exits_when_scheduler_dies():

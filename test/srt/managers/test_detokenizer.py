@@ -49,3 +49,14 @@ def test_results_are_routed_per_worker_with_errors_kept():
     assert res[0].rids == ["r0", "r2"] and res[1].rids == ["r1"]
     assert res[0].error_codes == [0, 429] and res[0].payloads[1] == b""
     assert res[1].inference_time == 0.5
+
+
+def test_batch_shape_and_queue_length_reach_every_worker_through_the_codec():
+    from sglang.srt.utils.msgcodec import decode, encode
+
+    out = _out([[1.0], [2.0]], ["float"] * 2, workers=[0, 1])
+    out.batch_size, out.batch_tokens, out.queue_length = 2, 17, 5
+    out = decode(encode(out))
+    for res in render_output(out).values():
+        res = decode(encode(res))
+        assert (res.batch_size, res.batch_tokens, res.queue_length) == (2, 17, 5)

@@ -40,6 +40,24 @@ def test_tokenized_batch_roundtrip():
     assert back.reqs[1].token_type_ids is None
 
 
+def test_image_fields_roundtrip_as_raw_frames():
+    rng = np.random.default_rng(0)
+    pixels = rng.standard_normal((32, 1176)).astype(np.float32)
+    grid = np.array([[1, 4, 8]], np.int64)
+    positions = np.arange(3 * 12, dtype=np.int64).reshape(3, 12)
+    req = TokenizedEmbeddingReqInput(rid="m-0", worker_id=0, input_ids=np.arange(12, dtype=np.int32),
+                                     pixel_values=pixels, image_grid_thw=grid, mrope_positions=positions)
+    frames = encode(BatchTokenizedEmbeddingReqInput([req, TokenizedEmbeddingReqInput("t-0", 0, np.ones(3, np.int32))]))
+    assert len(frames[0]) < 2000  # the pixels are a frame of their own, not JSON
+    back = decode([bytes(f) for f in frames])
+    image, text = back.reqs
+    for name, want in (("pixel_values", pixels), ("image_grid_thw", grid), ("mrope_positions", positions)):
+        got = getattr(image, name)
+        np.testing.assert_array_equal(got, want)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert getattr(text, name) is None
+
+
 def test_batch_output_roundtrip_keeps_float32_buffer():
     emb = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
     out = BatchEmbeddingOutput(
@@ -52,6 +70,22 @@ def test_batch_output_roundtrip_keeps_float32_buffer():
     assert back.embeddings.dtype == np.float32
     assert back.rids == out.rids and back.error_messages == out.error_messages
     assert back.dimensions == [None, 4, None] and back.inference_time == 0.01
+
+
+def test_batch_output_roundtrip_keeps_sparse_columns():
+    out = BatchEmbeddingOutput(
+        rids=["d", "s1", "s2"], worker_ids=[0, 0, 0], embeddings=np.zeros((3, 4), np.float32), prompt_tokens=[3, 4, 2],
+        dimensions=[None] * 3, encoding_formats=["float", "sparse_tei", "sparse_dict"], error_codes=[0, 0, 0],
+        error_messages=[None] * 3, queue_times=[0.0] * 3,
+        sparse_indices=np.array([7, 19, 4], np.int32), sparse_values=np.array([0.5, 1.25, 2.0], np.float32),
+        sparse_offsets=np.array([0, 0, 2, 3], np.int64),
+    )
+    back = _roundtrip(out)
+    for name in ("sparse_indices", "sparse_values", "sparse_offsets"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(out, name))
+        assert getattr(back, name).dtype == getattr(out, name).dtype
+    dense_only = _roundtrip(BatchEmbeddingOutput.failure([], 500, "x"))
+    assert dense_only.sparse_indices is None and dense_only.sparse_offsets is None
 
 
 def test_result_and_abort_roundtrip():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from sglang.srt.managers.io_struct import TokenizedEmbeddingReqInput
 from sglang.srt.managers.scheduler import Scheduler
@@ -89,3 +90,61 @@ def test_hold_window_reports_wait_and_fires_later():
     out, _ = s.step()
     assert out.rids == ["a"]
     assert abs(out.queue_times[0] - 0.06) < 1e-9
+
+
+def test_requests_queued_past_the_deadline_get_504_before_any_compute():
+    clock = Clock()
+    seen = []
+    s = Scheduler(_args(max_batch_size=1, request_timeout=2.0), _sum_embed(seen), clock)
+    s.add_requests([_req("old1", t=100.0), _req("old2", t=100.5)])
+    s.add_requests([_req("young", t=101.5)])
+    clock.t = 102.6  # old1 and old2 are past 2 s, young is not
+    out, wait = s.step()
+    assert out.rids == ["old1", "old2"] and out.error_codes == [504, 504] and wait == 0.0
+    assert "--request-timeout" in out.error_messages[0]
+    assert out.queue_times == [pytest.approx(2.6), pytest.approx(2.1)]
+    assert out.batch_size == 0 and out.queue_length == 1 and seen == []
+    out, wait = s.step()
+    assert out.rids == ["young"] and out.error_codes == [0] and wait is None
+    assert seen == [[3]]
+
+
+def test_deadline_exactly_reached_expires_and_zero_means_never():
+    clock = Clock()
+    s = Scheduler(_args(request_timeout=1.0), _sum_embed([]), clock)
+    s.add_requests([_req("a", t=99.0)])
+    assert s.step()[0].error_codes == [504]
+    s = Scheduler(_args(request_timeout=0), _sum_embed([]), clock)
+    s.add_requests([_req("a", t=0.0)])
+    assert s.step()[0].error_codes == [0]
+
+
+def test_hold_window_wakes_up_for_the_deadline():
+    clock = Clock()
+    s = Scheduler(_args(max_queue_delay=5.0, request_timeout=1.0), _sum_embed([]), clock)
+    s.add_requests([_req("a", t=clock.t)])
+    out, wait = s.step()
+    assert out is None and wait == pytest.approx(1.0)
+    clock.t += 1.0
+    out, _ = s.step()
+    assert out.error_codes == [504]
+
+
+def test_abort_frees_queue_room_at_once():
+    s = Scheduler(_args(max_queue_size=2), _sum_embed([]), Clock())
+    assert s.add_requests([_req("a"), _req("b")]) is None
+    assert s.add_requests([_req("c")]).error_codes == [429]
+    s.abort(["a"])
+    assert s.add_requests([_req("c")]) is None
+    assert list(s.waiting) == ["b", "c"]
+
+
+def test_outputs_carry_batch_shape_and_queue_length_for_metrics():
+    s = Scheduler(_args(max_batch_size=2, max_queue_size=3), _sum_embed([]), Clock())
+    s.add_requests([_req("a", 3), _req("b", 4), _req("c", 5)])
+    rejected = s.add_requests([_req("d")])
+    assert rejected.queue_length == 3 and rejected.batch_size == 0
+    out, _ = s.step()
+    assert (out.batch_size, out.batch_tokens, out.queue_length) == (2, 7, 1)
+    out, _ = s.step()
+    assert (out.batch_size, out.batch_tokens, out.queue_length) == (1, 5, 0)

@@ -66,3 +66,14 @@ def test_input_longer_than_batch_token_budget_is_400(hf_tokenizer):
 
 def test_empty_request_is_400(hf_tokenizer):
     assert _err(lambda: _tok(hf_tokenizer).tokenize(EmbeddingReqInput(text=[]))).status == 400
+
+
+def test_lone_surrogate_text_is_400_not_a_tokenizer_crash(hf_tokenizer):
+    e = _err(lambda: _tok(hf_tokenizer).tokenize(EmbeddingReqInput(text=["fine", "bad \ud800 text"])))
+    assert e.status == 400 and "index 1" in e.message and "Unicode" in e.message
+
+
+@pytest.mark.parametrize("ids", [[10 ** 30], [1, -(10 ** 25)], [10 ** 5000]])
+def test_token_ids_beyond_int64_are_400(hf_tokenizer, ids):
+    e = _err(lambda: _tok(hf_tokenizer).tokenize(EmbeddingReqInput(input_ids=[ids])))
+    assert e.status == 400 and "outside the vocabulary" in e.message

@@ -133,3 +133,82 @@ def test_cancel_on_disconnect_cancels_work():
         assert await cancel_on_disconnect(FakeRequest(), asyncio.sleep(0, result=7)) == 7
 
     asyncio.run(scenario())
+
+
+def test_backstop_answers_504_and_aborts_when_no_answer_comes(harness, hf_tokenizer):
+    port_args, ctx, sched = harness
+
+    async def scenario():
+        tm = TokenizerManager(ServerArgs(request_timeout=0.2), port_args, INFO, tokenizer=hf_tokenizer)
+        tm.start()
+        assert tm.backstop_timeout == pytest.approx(0.4)
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        with pytest.raises(EmbeddingError) as err:
+            await asyncio.wait_for(tm.embed(EmbeddingReqInput(text=["never answered"])), 5)
+        assert err.value.status == 504 and 0.35 < loop.time() - t0 < 2.0
+        queued = _recv(sched)
+        abort = _recv(sched)
+        assert isinstance(abort, AbortReq) and abort.rids == [queued.reqs[0].rid]
+        assert tm.num_in_flight == 0
+        await tm.close()
+
+    asyncio.run(scenario())
+
+
+def test_same_client_request_id_twice_keeps_answers_apart_and_metrics_count(harness, hf_tokenizer):
+    port_args, ctx, sched = harness
+
+    async def scenario():
+        tm = TokenizerManager(ServerArgs(), port_args, INFO, tokenizer=hf_tokenizer)
+        tm.start()
+        detok = make_socket(ctx, zmq.PUSH, port_args.tokenizer_output(0), bind=False)
+        first = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["one"], rid="dup")))
+        second = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["two two"], rid="dup")))
+        await asyncio.sleep(0.2)
+        rids = [_recv(sched).reqs[0].rid for _ in range(2)]
+        assert len(set(rids)) == 2  # internal ids never come from the client
+        detok.send_multipart(encode(BatchEmbeddingResult(
+            rids=rids, payloads=[b"[1.0]", b"[2.0]"], prompt_tokens=[3, 4], error_codes=[0, 0],
+            error_messages=[None, None], queue_times=[0.01, 0.02], inference_time=0.03,
+            batch_size=2, batch_tokens=7, queue_length=4)))
+        a, b = await asyncio.wait_for(asyncio.gather(first, second), 5)
+        assert a.payloads == [b"[1.0]"] and b.payloads == [b"[2.0]"]
+        m = tm.metrics
+        assert m.prompt_tokens.get() == 7 and m.inputs.get() == 2
+        assert m.batch_size.count() == 1 and m.batch_tokens.sum() == 7 and m.queue_length.get() == 4
+        assert m.queue_duration.count() == 2 and m.inference_duration.sum() == pytest.approx(0.06)
+        await tm.close()
+
+    asyncio.run(scenario())
+
+
+def test_huge_text_is_tokenized_off_the_event_loop(harness, hf_tokenizer):
+    port_args, ctx, sched = harness
+
+    async def scenario():
+        tm = TokenizerManager(ServerArgs(), port_args, INFO, tokenizer=hf_tokenizer)
+        tm.start()
+        loop = asyncio.get_running_loop()
+        gaps = []
+
+        async def ticker():
+            last = loop.time()
+            while True:
+                await asyncio.sleep(0.01)
+                now = loop.time()
+                gaps.append(now - last)
+                last = now
+
+        tick = asyncio.ensure_future(ticker())
+        t0 = loop.time()
+        with pytest.raises(EmbeddingError) as err:  # 400: far beyond the context length
+            await tm.embed(EmbeddingReqInput(text=["hello world " * 150_000]))
+        took = loop.time() - t0
+        tick.cancel()
+        assert err.value.status == 400 and "context length" in err.value.message
+        blocked = max(gaps, default=took)
+        assert blocked < max(0.25, took / 3), f"event loop blocked {blocked:.2f} s of {took:.2f} s"
+        await tm.close()
+
+    asyncio.run(scenario())

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
 
+from sglang.srt.configs.output_config import OUTPUT_LOGITS, OUTPUT_SPARSE, OutputConfig, resolve_output
 from sglang.srt.configs.sentence_transformers import (
     SentenceTransformersInfo,
     read_sentence_transformers_info,
@@ -67,9 +68,14 @@ class ModelConfig:
     # (None: any width from 1 to embedding_dim). See matryoshka_settings.
     is_matryoshka: bool = False
     matryoshka_dimensions: Optional[list[int]] = None
+    output: OutputConfig = field(default_factory=OutputConfig)  # dense / sparse / logits
 
     @property
     def embedding_dim(self) -> int:
+        if self.output.embeddings_output == OUTPUT_LOGITS:
+            return len(self.output.labels)
+        if self.output.embeddings_output == OUTPUT_SPARSE:
+            return self.vocab_size  # the sparse vectors' index space
         dense = self.st_info.dense_layers
         return dense[-1].out_features if dense else self.hidden_size
 
@@ -84,27 +90,32 @@ class ModelConfig:
         architecture = ModelRegistry.resolve(architectures)
         spec = ModelRegistry.spec(architecture)
         st_info = read_sentence_transformers_info(model_dir)
-
-        if not spec.is_encoder and not (args.is_embedding or st_info.declares_pooling):
+        # Vision-language configs (Qwen2-VL) keep the decoder's sizes in a nested text config.
+        text_config = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
+        # Encoders, bidirectional decoders (EmbeddingGemma) and classifiers need no flag.
+        is_encoder = spec.is_bidirectional(text_config)
+        if not (is_encoder or spec.is_classifier or args.is_embedding or st_info.declares_pooling):
             raise ConfigError(NOT_EMBEDDING_MESSAGE)
+        output = resolve_output(args.sparse_head, model_dir, text_config, spec, architecture, st_info)
 
-        pooling = st_info.pooling or spec.default_pooling
+        pooling = st_info.pooling or spec.default_pooling_for(text_config)
         # Without sentence-transformers files we follow the model family's convention; with them,
-        # exactly what sentence-transformers would do, so vectors match its `encode`.
-        normalize = st_info.normalize if st_info.declares_pooling else True
-        hidden = hf_config.get_text_config().hidden_size if hasattr(hf_config, "get_text_config") else hf_config.hidden_size
+        # exactly what sentence-transformers would do, so vectors match its `encode`. Logits never.
+        normalize = st_info.normalize if st_info.declares_pooling else output.embeddings_output != OUTPUT_LOGITS
+        hidden = text_config.hidden_size
         config = cls(
             model_path=model_dir,
             hf_config=hf_config,
             architecture=architecture,
             hidden_size=int(hidden),
-            vocab_size=int(getattr(hf_config, "vocab_size")),
-            context_length=_context_length(args.context_length, hf_config, st_info, spec),
+            vocab_size=int(getattr(text_config, "vocab_size")),
+            context_length=_context_length(args.context_length, text_config, st_info, spec),
             pooling=pooling,
             normalize=normalize,
             dtype=_resolve_dtype(args.dtype, hf_config, device),
             st_info=st_info,
-            is_encoder=spec.is_encoder,
+            is_encoder=is_encoder,
+            output=output,
         )
         config.is_matryoshka, config.matryoshka_dimensions = matryoshka_settings(hf_config, config.embedding_dim)
         return config

@@ -12,14 +12,22 @@ import atexit
 import threading
 from typing import Optional, Union
 
+import orjson
+
 from sglang.srt.configs.model_config import check_model
 from sglang.srt.entrypoints.engine_processes import EngineProcesses
-from sglang.srt.managers.io_struct import FORMAT_RAW, EmbeddingReqInput
+from sglang.srt.configs.output_config import OUTPUT_SPARSE
+from sglang.srt.managers.io_struct import FORMAT_RAW, FORMAT_SPARSE_DICT, EmbeddingReqInput
 from sglang.srt.managers.matryoshka import validate_dimensions
 from sglang.srt.managers.tokenizer_manager import TokenizerManager, payload_to_array
 from sglang.srt.server_args import ServerArgs
 
 Prompt = Union[str, list[str], list[int], list[list[int]]]
+
+
+def _sparse_payload(payload: bytes) -> dict[int, float]:
+    """A sparse model's {"token_id": weight} JSON object -> {token_id: weight}."""
+    return {int(k): v for k, v in orjson.loads(payload).items()}
 
 
 class Engine:
@@ -52,6 +60,9 @@ class Engine:
     def encode(self, prompt: Prompt, dimensions: Optional[int] = None) -> Union[dict, list[dict]]:
         """Embed one input (-> dict) or a batch (-> list of dicts), like SGLang's Engine.encode.
 
+        `embedding` is a list of floats: the vector, or a classifier's logits; on a sparse model
+        (SPLADE, --sparse-head) it is a {token_id: weight} dict.
+
         Raises EmbeddingError for a bad input, with the same message the HTTP API would give.
         """
         single = isinstance(prompt, str) or (bool(prompt) and isinstance(prompt[0], int))
@@ -65,10 +76,11 @@ class Engine:
             req = EmbeddingReqInput(input_ids=[list(p) for p in prompt])
         validate_dimensions(dimensions, self.model_info, self.server_args.served_model_name)
         req.dimensions = dimensions
-        req.encoding_format = FORMAT_RAW
+        sparse = self.model_info.get("embeddings_output") == OUTPUT_SPARSE
+        req.encoding_format = FORMAT_SPARSE_DICT if sparse else FORMAT_RAW
         result = self._call(self._tm.embed(req))
         out = [
-            {"embedding": payload_to_array(p).tolist(), "meta_info": {"prompt_tokens": n}}
+            {"embedding": _sparse_payload(p) if sparse else payload_to_array(p).tolist(), "meta_info": {"prompt_tokens": n}}
             for p, n in zip(result.payloads, result.prompt_tokens)
         ]
         return out[0] if single else out

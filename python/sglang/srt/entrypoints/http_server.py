@@ -16,17 +16,26 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sglang.srt.entrypoints.engine_processes import EngineProcesses
 from sglang.srt.entrypoints.http_worker import make_listen_socket, make_server, on_loop, serve
+from sglang.srt.entrypoints.middleware import ServerLifecycle, install_middleware, request_state
 from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest, ErrorResponse, ModelCard, ModelList
+from sglang.srt.entrypoints.openai.serving_classify import OpenAIServingClassify
 from sglang.srt.entrypoints.openai.serving_embedding import OpenAIServingEmbedding
+from sglang.srt.entrypoints.openai.serving_rerank import OpenAIServingRerank
+from sglang.srt.entrypoints.openai.serving_sparse import ServingSparseEmbedding
+from sglang.srt.entrypoints.openai.task_protocol import (
+    ClassifyRequest, ClassifyResponse, RerankRequest, RerankResponse, SparseEmbedRequest, SparseValue,
+)
 from sglang.srt.managers.errors import EmbeddingError
 from sglang.srt.managers.tokenizer_manager import TokenizerManager
+from sglang.srt.metrics.prometheus import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from sglang.srt.metrics.server_metrics import ServerMetrics
 from sglang.srt.server_args import ConfigError, ServerArgs
 from sglang.srt.utils.logging_utils import configure_logging
 from sglang.srt.utils.network import PortArgs
 
 logger = logging.getLogger(__name__)
 
-_ERROR_RESPONSES = {code: {"model": ErrorResponse} for code in (400, 404, 429, 500, 503)}
+_ERROR_RESPONSES = {code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 415, 429, 500, 503, 504)}
 
 
 def json_response(body: bytes | dict, status: int = 200, headers: Optional[dict] = None) -> Response:
@@ -47,8 +56,10 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, Optional[str]
     if first.get("type") == "json_invalid":
         return "The request body is not valid JSON.", None
     if loc and loc[0] == "input":
-        return ("'input' must be a string, a list of strings, a list of token ids, "
-                "or a list of token-id lists."), "input"
+        if first.get("type") == "value_error":  # EmbeddingRequest's own check of {"text", "image"} items
+            return str(first.get("msg", "")).removeprefix("Value error, "), "input"
+        return ("'input' must be a string, a list of strings, a list of token ids, a list of token-id lists, "
+                'or a list of {"text", "image"} objects.'), "input"
     where = ".".join(loc) if loc else "body"
     return f"Invalid request: {where}: {first.get('msg', 'invalid value')}", (loc[0] if loc else None)
 
@@ -95,10 +106,13 @@ def create_app(server_args: ServerArgs, port_args: PortArgs, model_info: dict,
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         # Sockets belong to the serving event loop, so the manager is made inside it.
-        tm = TokenizerManager(server_args, port_args, model_info, worker_id)
+        tm = TokenizerManager(server_args, port_args, model_info, worker_id, metrics=metrics)
         tm.start()
         app.state.tokenizer_manager = tm
         app.state.serving = OpenAIServingEmbedding(tm, server_args.served_model_name)
+        app.state.classify = OpenAIServingClassify(tm, server_args.served_model_name)
+        app.state.rerank = OpenAIServingRerank(tm, server_args.served_model_name)
+        app.state.sparse = ServingSparseEmbedding(tm, server_args.served_model_name)
         if on_ready is not None:
             on_ready()
         yield
@@ -106,6 +120,9 @@ def create_app(server_args: ServerArgs, port_args: PortArgs, model_info: dict,
 
     app = FastAPI(title="sglang-embed", version="0.1.0", lifespan=lifespan)
     created = int(time.time())
+    metrics = app.state.metrics = ServerMetrics()
+    app.state.lifecycle = ServerLifecycle()
+    install_middleware(app, server_args, metrics, app.state.lifecycle)
 
     @app.exception_handler(EmbeddingError)
     async def _embedding_error(_: Request, exc: EmbeddingError):
@@ -137,6 +154,10 @@ def create_app(server_args: ServerArgs, port_args: PortArgs, model_info: dict,
             return Response(status_code=200)
         return error_response(EmbeddingError(503, "The embedding engine is not ready."))
 
+    @app.get("/metrics")
+    async def prometheus_metrics():
+        return Response(metrics.render(), media_type=METRICS_CONTENT_TYPE)
+
     @app.get("/v1/models", response_model=ModelList)
     async def models():
         card = ModelCard(id=server_args.served_model_name, created=created, root=server_args.model_path,
@@ -151,25 +172,55 @@ def create_app(server_args: ServerArgs, port_args: PortArgs, model_info: dict,
 
     @app.post("/v1/embeddings", responses=_ERROR_RESPONSES)
     async def embeddings(request: EmbeddingRequest, raw: Request):
-        start = time.monotonic()
-        rid = raw.headers.get("x-request-id")
-        body, result = await cancel_on_disconnect(raw, app.state.serving.create_embedding(request, rid))
+        # The middleware stamped the request's arrival and id (echoed as x-request-id).
+        state = request_state(raw.scope)
+        start = state.get("start_time") or time.monotonic()
+        fields = state["log_fields"] = {"inputs": count_inputs(request.input)}
+        if server_args.log_request_text:
+            fields["input"] = loggable_input(request.input)
+        body, result = await cancel_on_disconnect(
+            raw, app.state.serving.create_embedding(request, state.get("request_id")))
         total = time.monotonic() - start
+        fields.update(prompt_tokens=sum(result.prompt_tokens), tokenize_ms=round(result.tokenize_time * 1000, 2),
+                      queue_ms=round(result.queue_time * 1000, 2), inference_ms=round(result.inference_time * 1000, 2))
         headers = {
             "x-queue-time": f"{result.queue_time * 1000:.2f}",
             "x-inference-time": f"{result.inference_time * 1000:.2f}",
             "x-total-time": f"{total * 1000:.2f}",
         }
-        if rid:
-            headers["x-request-id"] = rid
         return json_response(body, headers=headers)
+
+    # ----- classifiers, cross-encoders and sparse heads (docs/rerank_and_classify.md, docs/sparse.md) -----
+    async def serve_task(raw: Request, work: Callable[[Optional[str]], Awaitable]) -> Response:
+        """Run one of the routes below as /v1/embeddings runs: cancelled on disconnect, timed."""
+        state = request_state(raw.scope)
+        start = state.get("start_time") or time.monotonic()
+        body, result = await cancel_on_disconnect(raw, work(state.get("request_id")))
+        state["log_fields"] = {"inputs": len(result.payloads), "prompt_tokens": sum(result.prompt_tokens)}
+        return json_response(body, headers={
+            "x-queue-time": f"{result.queue_time * 1000:.2f}",
+            "x-inference-time": f"{result.inference_time * 1000:.2f}",
+            "x-total-time": f"{(time.monotonic() - start) * 1000:.2f}",
+        })
+
+    @app.post("/v1/classify", responses={200: {"model": ClassifyResponse}, **_ERROR_RESPONSES})
+    async def classify(request: ClassifyRequest, raw: Request):
+        return await serve_task(raw, lambda rid: app.state.classify.create_classify(request, rid))
+
+    @app.post("/v1/rerank", responses={200: {"model": RerankResponse}, **_ERROR_RESPONSES})
+    async def rerank(request: RerankRequest, raw: Request):
+        return await serve_task(raw, lambda rid: app.state.rerank.create_rerank(request, rid))
+
+    @app.post("/embed_sparse", responses={200: {"model": list[list[SparseValue]]}, **_ERROR_RESPONSES})
+    async def embed_sparse(request: SparseEmbedRequest, raw: Request):
+        return await serve_task(raw, lambda rid: app.state.sparse.embed_sparse(request, rid))
 
     return app
 
 
 def launch_server(server_args: ServerArgs) -> int:
     """Run the server until Ctrl-C / SIGTERM (exit 0) or a child process dies (exit 1)."""
-    configure_logging(server_args.log_level)
+    configure_logging(server_args.log_level, fmt=server_args.log_format)
     workers = server_args.tokenizer_worker_num
     try:
         sock = make_listen_socket(server_args.host, server_args.port, reuse_port=workers > 1)
@@ -183,14 +234,18 @@ def launch_server(server_args: ServerArgs) -> int:
         engine.start_http_workers(model_info)
         app = create_app(server_args, engine.port_args, model_info, engine.alive)
         server = make_server(app, server_args)
-        server.on_signal = engine.begin_stop
+
+        def on_signal() -> None:
+            start_draining(app, server_args)
+            engine.begin_stop()
+
+        server.on_signal = on_signal
 
         def on_death(reason: str) -> None:
             nonlocal exit_code
             exit_code = 1
-            # Fail in-flight requests first, then stop serving so a supervisor restarts us.
-            on_loop(server, lambda: _fail_all(app, reason))
-            server.should_exit = True
+            engine.notify_engine_dead()
+            engine_died(app, server, reason)
 
         engine.watch(on_death)
         logger.info("serving %s on %s with %d HTTP worker(s)", server_args.served_model_name, server_args.url, workers)
@@ -199,8 +254,46 @@ def launch_server(server_args: ServerArgs) -> int:
         sock.close()
         engine.shutdown()
     if exit_code:
-        logger.error("the engine died; exiting with status %d", exit_code)
+        logger.error("the embedding engine died; exiting with status %d so a supervisor restarts the server",
+                     exit_code)
     return exit_code
+
+
+def start_draining(app: FastAPI, server_args: ServerArgs) -> None:
+    """SIGTERM/SIGINT: new requests get 503 from now on, in-flight ones get --graceful-timeout."""
+    lifecycle: ServerLifecycle = app.state.lifecycle
+    if not lifecycle.draining:
+        lifecycle.draining = True
+        limit = f"{server_args.graceful_timeout:g} s" if server_args.graceful_timeout > 0 else "no limit"
+        logger.info("shutting down: finishing in-flight requests (%s); new requests get 503", limit)
+
+
+def engine_died(app: FastAPI, server, reason: str) -> None:
+    """From any thread: fail in-flight and later requests with 503, then stop serving (exit 1)."""
+    logger.error("failing in-flight and new requests with 503 and stopping: %s", reason)
+    on_loop(server, lambda: _fail_all(app, reason))
+    server.should_exit = True
+
+
+def count_inputs(inp) -> int:
+    """Inputs in an OpenAI `input` value (a flat token-id list is one input)."""
+    if isinstance(inp, str) or not inp or isinstance(inp[0], int):
+        return 1
+    return len(inp)
+
+
+def loggable_input(inp, max_items: int = 64, max_chars: int = 2000):
+    """The request's input for --log-request-text, capped so one request cannot flood the log."""
+    if isinstance(inp, str):
+        return inp[:max_chars]
+    out = []
+    for x in inp[:max_items]:
+        if isinstance(x, str):
+            x = x[:max_chars]
+        elif hasattr(x, "image"):  # a {"text", "image"} item: image data can be megabytes of base64
+            x = {"text": (x.text or "")[:max_chars], "image": "<image>" if x.image else None}
+        out.append(x)
+    return out
 
 
 def _fail_all(app: FastAPI, reason: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import logging
 from collections import defaultdict
+from typing import Optional
 
 import numpy as np
 import orjson
@@ -17,12 +18,14 @@ import zmq
 from sglang.srt.managers.io_struct import (
     FORMAT_BASE64,
     FORMAT_RAW,
+    SPARSE_FORMATS,
     BatchEmbeddingOutput,
     BatchEmbeddingResult,
 )
+from sglang.srt.managers.sparse_render import TokenTextFn, TokenTexts, render_sparse
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.logging_utils import configure_logging
-from sglang.srt.utils.msgcodec import decode, encode
+from sglang.srt.utils.msgcodec import decode, send
 from sglang.srt.utils.network import PortArgs, make_socket
 from sglang.srt.utils.process import prepare_child_process
 
@@ -47,15 +50,21 @@ def render_vector(vec: np.ndarray, fmt: str) -> bytes:
     return orjson.dumps(vec, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-def render_output(out: BatchEmbeddingOutput) -> dict[int, BatchEmbeddingResult]:
-    """Split one scheduler output by tokenizer worker and render every vector."""
+def render_output(out: BatchEmbeddingOutput, token_texts: Optional[TokenTextFn] = None) -> dict[int, BatchEmbeddingResult]:
+    """Split one scheduler output by tokenizer worker and render every vector (or sparse row;
+    `token_texts` maps token ids to strings for the formats that show them)."""
     per_worker: dict[int, BatchEmbeddingResult] = defaultdict(
-        lambda: BatchEmbeddingResult([], [], [], [], [], [], out.inference_time)
+        lambda: BatchEmbeddingResult([], [], [], [], [], [], out.inference_time, batch_size=out.batch_size,
+                                     batch_tokens=out.batch_tokens, queue_length=out.queue_length)
     )
     for i, rid in enumerate(out.rids):
         res = per_worker[out.worker_ids[i]]
         code = out.error_codes[i]
-        if code == 0:
+        if code == 0 and out.encoding_formats[i] in SPARSE_FORMATS:
+            lo, hi = int(out.sparse_offsets[i]), int(out.sparse_offsets[i + 1])
+            payload = render_sparse(out.sparse_indices[lo:hi], out.sparse_values[lo:hi], out.encoding_formats[i],
+                                    token_texts)
+        elif code == 0:
             payload = render_vector(shape_vector(out.embeddings[i], out.dimensions[i]), out.encoding_formats[i])
         else:
             payload = b""
@@ -69,8 +78,8 @@ def render_output(out: BatchEmbeddingOutput) -> dict[int, BatchEmbeddingResult]:
 
 
 def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, ready_pipe, parent_pid: int) -> None:
-    prepare_child_process(parent_pid)
-    configure_logging(server_args.log_level, "detokenizer")
+    prepare_child_process(parent_pid, port_args.ipc_dir)
+    configure_logging(server_args.log_level, "detokenizer", server_args.log_format)
     ctx = zmq.Context()
     recv = make_socket(ctx, zmq.PULL, port_args.detokenizer_input, bind=True)
     senders = {
@@ -79,6 +88,7 @@ def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, ready_
     }
     ready_pipe.send({"status": "ready"})
     ready_pipe.close()
+    token_texts = TokenTexts(server_args.tokenizer_path, server_args.trust_remote_code)  # loaded on first use
     while True:
         frames = recv.recv_multipart(copy=False)
         try:
@@ -87,7 +97,7 @@ def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, ready_
             logger.exception("dropping an undecodable message: %s", e)
             continue
         try:
-            results = render_output(out)
+            results = render_output(out, token_texts)
         except Exception as e:  # answer every request of the batch rather than leave it hanging
             logger.exception("failed to render an output: %s", e)
             out.error_codes = [500] * len(out.rids)
@@ -98,4 +108,4 @@ def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, ready_
             if sock is None:
                 logger.error("result for unknown tokenizer worker %d dropped", worker_id)
                 continue
-            sock.send_multipart(encode(result), copy=False)
+            send(sock, result)

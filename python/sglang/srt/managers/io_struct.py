@@ -21,6 +21,20 @@ FORMAT_FLOAT = "float"  # JSON array of numbers
 FORMAT_BASE64 = "base64"  # little-endian float32, base64 (what the openai client asks for)
 FORMAT_RAW = "raw"  # float32 bytes, for the in-process Engine
 ENCODING_FORMATS = (FORMAT_FLOAT, FORMAT_BASE64)
+# Sparse outputs ({token_id: weight}); asking for one of these runs the sparse head.
+FORMAT_SPARSE_DICT = "sparse_dict"  # JSON object {"<token id>": weight} (SGLang's /v1/embeddings)
+FORMAT_SPARSE_TEI = "sparse_tei"  # JSON [{"index": id, "value": w}] (TEI's /embed_sparse)
+FORMAT_SPARSE_TEI_TEXT = "sparse_tei_text"  # the same plus "text": the token's vocabulary string
+SPARSE_FORMATS = (FORMAT_SPARSE_DICT, FORMAT_SPARSE_TEI, FORMAT_SPARSE_TEI_TEXT)
+
+
+@dataclass
+class MultimodalItem:
+    """One `{"text": ..., "image": ...}` input (at least one of the two): one embedding, rendered
+    through the chat template; `image` is a URL, data URI, base64 string or allowed local path."""
+
+    text: Optional[str] = None
+    image: Optional[str] = None
 
 
 @dataclass
@@ -32,9 +46,15 @@ class EmbeddingReqInput:
     dimensions: Optional[int] = None
     encoding_format: str = FORMAT_FLOAT
     rid: Optional[str] = None
+    items: Optional[list[MultimodalItem]] = None  # instead of text / input_ids (managers/multimodal/)
+    text_pairs: Optional[list[tuple[str, str]]] = None  # (query, document) pairs for cross-encoders
 
     @property
     def batch_size(self) -> int:
+        if self.items is not None:
+            return len(self.items)
+        if self.text_pairs is not None:
+            return len(self.text_pairs)
         return len(self.text) if self.text is not None else len(self.input_ids or [])
 
 
@@ -50,10 +70,18 @@ class TokenizedEmbeddingReqInput:
     dimensions: Optional[int] = None
     encoding_format: str = FORMAT_FLOAT
     arrival_time: float = 0.0  # time.monotonic() when tokenized (same clock in every process)
+    # Images (Qwen2-VL), filled by managers/multimodal/ for an input that has one:
+    pixel_values: Optional[np.ndarray] = None  # float32 [patches, C * T * P * P]
+    image_grid_thw: Optional[np.ndarray] = None  # int64 [images, 3]: (t, h, w) in patches
+    mrope_positions: Optional[np.ndarray] = None  # int64 [3, n]: M-RoPE (t, h, w) position per token
 
     @property
     def num_tokens(self) -> int:
         return int(self.input_ids.shape[0])
+
+    @property
+    def is_sparse(self) -> bool:
+        return self.encoding_format in SPARSE_FORMATS
 
 
 @message
@@ -89,9 +117,21 @@ class BatchEmbeddingOutput:
     error_messages: list[Optional[str]]
     queue_times: list[float]  # seconds waiting before the forward began
     inference_time: float = 0.0  # seconds of the forward pass
+    # For /metrics in the HTTP process: the forward's shape (0 when answered without one) and
+    # how many inputs were still waiting in the scheduler when this output left it.
+    batch_size: int = 0
+    batch_tokens: int = 0
+    queue_length: int = 0
+    # Sparse rows: row i owns entries sparse_offsets[i]:sparse_offsets[i + 1] of the concatenated
+    # token ids and weights; only rows with a SPARSE_FORMATS format are rendered from them. None: no
+    # request of the batch asked for a sparse format.
+    sparse_indices: Optional[np.ndarray] = None  # int32 [N]
+    sparse_values: Optional[np.ndarray] = None  # float32 [N]
+    sparse_offsets: Optional[np.ndarray] = None  # int64 [n + 1]
 
     @staticmethod
-    def failure(reqs: list[TokenizedEmbeddingReqInput], code: int, msg: str) -> "BatchEmbeddingOutput":
+    def failure(reqs: list[TokenizedEmbeddingReqInput], code: int, msg: str,
+                queue_length: int = 0) -> "BatchEmbeddingOutput":
         n = len(reqs)
         return BatchEmbeddingOutput(
             rids=[r.rid for r in reqs],
@@ -103,7 +143,19 @@ class BatchEmbeddingOutput:
             error_codes=[code] * n,
             error_messages=[msg] * n,
             queue_times=[0.0] * n,
+            queue_length=queue_length,
         )
+
+
+@dataclass
+class ForwardOutput:
+    """What ModelRunner.run_requests returns for a batch that has sparse rows (a plain float32
+    [B, dim] array otherwise); the scheduler copies it into BatchEmbeddingOutput."""
+
+    embeddings: np.ndarray  # float32 [B, dim]: vectors or logits; [B, 0] for a sparse-only model
+    sparse_indices: Optional[np.ndarray] = None
+    sparse_values: Optional[np.ndarray] = None
+    sparse_offsets: Optional[np.ndarray] = None
 
 
 @message
@@ -118,6 +170,9 @@ class BatchEmbeddingResult:
     error_messages: list[Optional[str]]
     queue_times: list[float]
     inference_time: float = 0.0
+    batch_size: int = 0  # as in BatchEmbeddingOutput (the whole batch, across workers)
+    batch_tokens: int = 0
+    queue_length: int = 0
 
 
 @message

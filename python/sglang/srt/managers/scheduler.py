@@ -10,13 +10,14 @@ import logging
 import time
 import traceback
 from collections import OrderedDict
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import numpy as np
 
-from sglang.srt.managers.errors import QUEUE_FULL_MESSAGE
+from sglang.srt.managers.errors import QUEUE_FULL_MESSAGE, REQUEST_TIMEOUT_MESSAGE
 from sglang.srt.managers.io_struct import (
     BatchEmbeddingOutput,
+    ForwardOutput,
     TokenizedEmbeddingReqInput,
 )
 from sglang.srt.managers.schedule_policy import BatchBudget, next_batch
@@ -24,8 +25,9 @@ from sglang.srt.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
 
-# One batch of requests -> float32 [B, dim] (ModelRunner.run_requests, or a fake in tests)
-ForwardFn = Callable[[list[TokenizedEmbeddingReqInput]], np.ndarray]
+# One batch of requests -> float32 [B, dim], or a ForwardOutput when some input asked for sparse
+# weights (ModelRunner.run_requests, or a fake in tests)
+ForwardFn = Callable[[list[TokenizedEmbeddingReqInput]], Union[np.ndarray, ForwardOutput]]
 
 
 class Scheduler:
@@ -37,6 +39,8 @@ class Scheduler:
             max_queue_delay=server_args.max_queue_delay,
         )
         self.max_queue_size = server_args.max_queue_size
+        # Inputs still queued this long after they were tokenized are answered 504 (None: never).
+        self.request_timeout = server_args.request_timeout or None
         self.forward_fn = forward_fn
         self.clock = clock
         self.waiting: "OrderedDict[str, TokenizedEmbeddingReqInput]" = OrderedDict()
@@ -51,7 +55,7 @@ class Scheduler:
             self.waiting[req.rid] = req
         rejected = reqs if not accepted else []
         if rejected:
-            return BatchEmbeddingOutput.failure(rejected, 429, QUEUE_FULL_MESSAGE)
+            return BatchEmbeddingOutput.failure(rejected, 429, QUEUE_FULL_MESSAGE, queue_length=len(self.waiting))
         return None
 
     def abort(self, rids: list[str]) -> int:
@@ -66,12 +70,40 @@ class Scheduler:
         """Run at most one batch. Returns (output or None, seconds until a batch may be due)."""
         if not self.waiting:
             return None, None
-        decision = next_batch(self.waiting.values(), self.budget, self.clock())
+        now = self.clock()
+        expired = self._pop_expired(now)
+        if expired:
+            out = BatchEmbeddingOutput.failure(expired, 504, REQUEST_TIMEOUT_MESSAGE, queue_length=len(self.waiting))
+            out.queue_times = [max(0.0, now - r.arrival_time) for r in expired]
+            return out, (0.0 if self.waiting else None)
+        decision = next_batch(self.waiting.values(), self.budget, now)
         if decision.take == 0:
-            return None, decision.wait
+            wait = decision.wait
+            if self.request_timeout is not None and wait is not None:
+                head = next(iter(self.waiting.values()))
+                wait = min(wait, max(0.0, head.arrival_time + self.request_timeout - now))
+            return None, wait
         batch = [self.waiting.popitem(last=False)[1] for _ in range(decision.take)]
         out = self.run_batch(batch)
         return out, (0.0 if self.waiting else None)
+
+    def _pop_expired(self, now: float) -> list[TokenizedEmbeddingReqInput]:
+        """Drop inputs queued past --request-timeout from the head of the queue.
+
+        The queue is FIFO by arrival, so expired inputs sit at its head; with several tokenizer
+        workers arrival order is only nearly FIFO, and an input behind a younger one is caught on
+        a later step, once the ones ahead of it have left.
+        """
+        if self.request_timeout is None:
+            return []
+        cutoff = now - self.request_timeout
+        expired = []
+        while self.waiting:
+            rid, head = next(iter(self.waiting.items()))
+            if head.arrival_time > cutoff:
+                break
+            expired.append(self.waiting.pop(rid))
+        return expired
 
     def run_batch(self, reqs: list[TokenizedEmbeddingReqInput]) -> BatchEmbeddingOutput:
         start = self.clock()
@@ -79,13 +111,15 @@ class Scheduler:
             vectors = self.forward_fn(reqs)
         except Exception as e:  # a failing forward fails only its own requests
             logger.error("forward pass failed for %d requests: %s\n%s", len(reqs), e, traceback.format_exc())
-            return BatchEmbeddingOutput.failure(reqs, 500, f"Internal error during the forward pass: {e}")
+            return BatchEmbeddingOutput.failure(reqs, 500, f"Internal error during the forward pass: {e}",
+                                                queue_length=len(self.waiting))
         elapsed = self.clock() - start
         n = len(reqs)
+        out = vectors if isinstance(vectors, ForwardOutput) else ForwardOutput(vectors)
         return BatchEmbeddingOutput(
             rids=[r.rid for r in reqs],
             worker_ids=[r.worker_id for r in reqs],
-            embeddings=np.ascontiguousarray(vectors, dtype=np.float32),
+            embeddings=np.ascontiguousarray(out.embeddings, dtype=np.float32),
             prompt_tokens=[r.num_tokens for r in reqs],
             dimensions=[r.dimensions for r in reqs],
             encoding_formats=[r.encoding_format for r in reqs],
@@ -93,4 +127,10 @@ class Scheduler:
             error_messages=[None] * n,
             queue_times=[max(0.0, start - r.arrival_time) for r in reqs],
             inference_time=elapsed,
+            batch_size=n,
+            batch_tokens=sum(r.num_tokens for r in reqs),
+            queue_length=len(self.waiting),
+            sparse_indices=out.sparse_indices,
+            sparse_values=out.sparse_values,
+            sparse_offsets=out.sparse_offsets,
         )

@@ -11,7 +11,7 @@ from sglang.srt.managers.io_struct import AbortReq, BatchTokenizedEmbeddingReqIn
 from sglang.srt.managers.scheduler import Scheduler
 from sglang.srt.server_args import ConfigError, ServerArgs
 from sglang.srt.utils.logging_utils import configure_logging
-from sglang.srt.utils.msgcodec import decode, encode
+from sglang.srt.utils.msgcodec import decode, send
 from sglang.srt.utils.network import PortArgs, make_socket
 from sglang.srt.utils.process import prepare_child_process
 
@@ -19,8 +19,8 @@ logger = logging.getLogger(__name__)
 
 
 def run_scheduler_process(server_args: ServerArgs, port_args: PortArgs, ready_pipe, parent_pid: int) -> None:
-    prepare_child_process(parent_pid)
-    configure_logging(server_args.log_level, "scheduler")
+    prepare_child_process(parent_pid, port_args.ipc_dir)
+    configure_logging(server_args.log_level, "scheduler", server_args.log_format)
     try:
         from sglang.srt.model_executor.model_runner import ModelRunner
 
@@ -63,7 +63,7 @@ class SchedulerLoop:
             if isinstance(msg, BatchTokenizedEmbeddingReqInput):
                 rejected = self.scheduler.add_requests(msg.reqs)
                 if rejected is not None:
-                    self.send.send_multipart(encode(rejected), copy=False)
+                    send(self.send, rejected)
             elif isinstance(msg, AbortReq):
                 self.scheduler.abort(msg.rids)
             else:
@@ -77,4 +77,4 @@ class SchedulerLoop:
             self._drain()
             out, wait = self.scheduler.step()
             if out is not None:
-                self.send.send_multipart(encode(out), copy=False)
+                send(self.send, out)

@@ -39,11 +39,15 @@ class InputTokenizer:
         self.do_lower_case = bool(model_info.get("do_lower_case", False))
         self.truncate = server_args.allow_auto_truncate
         self.max_num_tokens = server_args.max_num_tokens
+        self.pair_token_types = bool(model_info.get("pair_token_types", False))
 
     def tokenize(self, req: EmbeddingReqInput) -> list[TokenizedItem]:
         if req.batch_size == 0:
             raise EmbeddingError(400, "Input cannot be empty.", param="input")
-        items = self._from_text(req.text) if req.text is not None else self._from_ids(req.input_ids)
+        if req.text_pairs is not None:
+            items = self.tokenize_pairs(req.text_pairs)
+        else:
+            items = self._from_text(req.text) if req.text is not None else self._from_ids(req.input_ids)
         for ids, _ in items:
             if len(ids) > self.max_num_tokens:
                 raise EmbeddingError(
@@ -63,9 +67,12 @@ class InputTokenizer:
 
     def _from_text(self, texts: list[str]) -> list[TokenizedItem]:
         for i, t in enumerate(texts):
+            where = "" if len(texts) == 1 else f" at index {i}"
             if not t or not t.strip():
-                where = "" if len(texts) == 1 else f" at index {i}"
                 raise EmbeddingError(400, f"Input{where} is empty or whitespace only.", param="input")
+            if not _is_utf8_encodable(t):  # JSON "\ud800" escapes decode to lone surrogates
+                raise EmbeddingError(400, f"Input{where} is not valid Unicode (it holds a lone surrogate).",
+                                     param="input")
         if self.do_lower_case:
             texts = [t.lower() for t in texts]
         enc = self.tokenizer(
@@ -84,7 +91,12 @@ class InputTokenizer:
             where = "" if len(batches) == 1 else f" at index {i}"
             if not ids:
                 raise EmbeddingError(400, f"Token-id input{where} is empty.", param="input")
-            arr = np.asarray(ids, dtype=np.int64)
+            try:
+                arr = np.asarray(ids, dtype=np.int64)
+            except OverflowError:  # beyond int64 (and maybe too long to print)
+                raise EmbeddingError(
+                    400, f"A token id{where} is outside the vocabulary [0, {self.vocab_size}).", param="input"
+                ) from None
             if arr.min() < 0 or arr.max() >= self.vocab_size:
                 bad = int(arr[(arr < 0) | (arr >= self.vocab_size)][0])
                 raise EmbeddingError(
@@ -92,3 +104,40 @@ class InputTokenizer:
                 )
             out.append((self._limit(arr).astype(np.int32), None))
         return out
+
+    def tokenize_pairs(self, pairs: list[tuple[str, str]]) -> list[TokenizedItem]:
+        """(query, document) pairs for cross-encoders, joined as the model's tokenizer joins pairs
+        ([CLS] q [SEP] d [SEP] with token types 0/1 for BERT; <s> q </s></s> d </s> for XLM-R).
+        With --allow-auto-truncate an over-long pair loses the end of its document."""
+        for i, pair in enumerate(pairs):
+            for part, name, param in zip(pair, ("query", "document"), ("query", "documents")):
+                where = f" at index {i}" if name == "document" and len(pairs) > 1 else ""
+                if not part or not part.strip():
+                    raise EmbeddingError(400, f"The {name}{where} is empty or whitespace only.", param=param)
+                if not _is_utf8_encodable(part):
+                    raise EmbeddingError(400, f"The {name}{where} is not valid Unicode (it holds a lone surrogate).",
+                                         param=param)
+        queries, docs = [p[0] for p in pairs], [p[1] for p in pairs]
+        if self.do_lower_case:
+            queries, docs = [q.lower() for q in queries], [d.lower() for d in docs]
+        kwargs = dict(add_special_tokens=True, return_attention_mask=False, return_token_type_ids=self.pair_token_types)
+        try:
+            enc = self.tokenizer(queries, docs, truncation="only_second" if self.truncate else False,
+                                 max_length=self.context_length if self.truncate else None, **kwargs)
+        except Exception:  # the query alone is over the limit: _limit cuts (or refuses) below
+            enc = self.tokenizer(queries, docs, **kwargs)
+        types = enc.get("token_type_ids") if self.pair_token_types else None
+        out = []
+        for i, ids in enumerate(enc["input_ids"]):
+            ids = self._limit(ids)
+            tt = np.asarray(types[i][: len(ids)], dtype=np.int32) if types is not None else None
+            out.append((np.asarray(ids, dtype=np.int32), tt))
+        return out
+
+
+def _is_utf8_encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

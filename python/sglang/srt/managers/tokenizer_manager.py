@@ -25,9 +25,12 @@ from sglang.srt.managers.io_struct import (
     EmbeddingReqInput,
     TokenizedEmbeddingReqInput,
 )
+from sglang.srt.managers.multimodal.preparer import MultimodalPreparer
+from sglang.srt.managers.multimodal.preparer import attach as attach_images
 from sglang.srt.managers.tokenization import InputTokenizer
+from sglang.srt.metrics.server_metrics import ServerMetrics
 from sglang.srt.server_args import ServerArgs
-from sglang.srt.utils.msgcodec import decode, encode
+from sglang.srt.utils.msgcodec import decode, send
 from sglang.srt.utils.network import PortArgs, make_socket
 
 logger = logging.getLogger(__name__)
@@ -57,11 +60,16 @@ class ReqState:
 
 class TokenizerManager:
     def __init__(self, server_args: ServerArgs, port_args: PortArgs, model_info: dict, worker_id: int = 0,
-                 tokenizer=None) -> None:
+                 tokenizer=None, metrics: Optional[ServerMetrics] = None) -> None:
         self.server_args = server_args
+        self.metrics = metrics or ServerMetrics()
+        # The scheduler answers 504 for inputs queued past --request-timeout; this backstop answers
+        # 504 for anything still unanswered at twice that (a batch that never ends, a lost message).
+        self.backstop_timeout: Optional[float] = 2 * server_args.request_timeout or None
         self.model_info = model_info
         self.worker_id = worker_id
         self.input_tokenizer = InputTokenizer(server_args, model_info, tokenizer)
+        self.multimodal = MultimodalPreparer(server_args, model_info, self.input_tokenizer.tokenizer)
         self.ctx = zmq.asyncio.Context()
         self.to_scheduler = make_socket(self.ctx, zmq.PUSH, port_args.scheduler_input, bind=False)
         self.from_detokenizer = make_socket(self.ctx, zmq.PULL, port_args.tokenizer_output(worker_id), bind=True)
@@ -78,6 +86,7 @@ class TokenizerManager:
     async def close(self) -> None:
         if self._result_task is not None:
             self._result_task.cancel()
+        self.multimodal.close()
         self.ctx.destroy(linger=0)
 
     @property
@@ -102,8 +111,19 @@ class TokenizerManager:
         if self.dead_reason is not None:
             raise EmbeddingError(503, f"The embedding engine is unavailable: {self.dead_reason}")
         t0 = time.monotonic()
-        tokenized = self.input_tokenizer.tokenize(req)
-        base = req.rid or uuid.uuid4().hex
+        prepared = None
+        if req.items is not None:  # {"text", "image"} items: images are loaded off the event loop
+            prepared = await self.multimodal.prepare(req.items)
+            tokenized = [(p.input_ids, None) for p in prepared]
+        elif _text_chars(req) > INLINE_TOKENIZE_CHARS:
+            # Megabytes of text take the tokenizer seconds; the Rust tokenizer releases the GIL, so
+            # a worker thread keeps the event loop (every other request, /health) responsive.
+            tokenized = await asyncio.get_running_loop().run_in_executor(None, self.input_tokenizer.tokenize, req)
+        else:
+            tokenized = self.input_tokenizer.tokenize(req)
+        # Internal ids are always fresh: a client's x-request-id may repeat, and sharing state
+        # keys would hand one client's vectors to another.
+        base = uuid.uuid4().hex
         now = time.monotonic()
         reqs = [
             TokenizedEmbeddingReqInput(
@@ -112,20 +132,28 @@ class TokenizerManager:
             )
             for i, (ids, types) in enumerate(tokenized)
         ]
+        if prepared is not None:
+            attach_images(reqs, prepared)
         n = len(reqs)
         state = ReqState(n=n, future=asyncio.get_running_loop().create_future(),
                          payloads=[None] * n, prompt_tokens=[0] * n, remaining=n)
         for i, r in enumerate(reqs):
             self.states[r.rid] = (state, i)
-        await self.to_scheduler.send_multipart(encode(BatchTokenizedEmbeddingReqInput(reqs)), copy=False)
+        await send(self.to_scheduler, BatchTokenizedEmbeddingReqInput(reqs))
         try:
-            await state.future
-        except asyncio.CancelledError:
+            if self.backstop_timeout is None:
+                await state.future
+            else:
+                await asyncio.wait_for(state.future, self.backstop_timeout)
+        except asyncio.TimeoutError:
+            self._abort([r.rid for r in reqs])
+            raise EmbeddingError(504, f"No answer from the engine within {self.backstop_timeout:g} s "
+                                      "(twice --request-timeout).") from None
+        except (asyncio.CancelledError, EmbeddingError):
             self._abort([r.rid for r in reqs])
             raise
-        except EmbeddingError:
-            self._abort([r.rid for r in reqs])
-            raise
+        self.metrics.observe_request(inputs=n, prompt_tokens=sum(state.prompt_tokens), tokenize=now - t0,
+                                     queue=state.queue_time, inference=state.inference_time)
         return EmbeddingResult(state.payloads, state.prompt_tokens, state.queue_time,
                                state.inference_time, now - t0)
 
@@ -133,7 +161,7 @@ class TokenizerManager:
         pending = [rid for rid in rids if self.states.pop(rid, None) is not None]
         if pending and self.dead_reason is None:
             # Fire and forget: the scheduler drops whatever is still queued.
-            self.to_scheduler.send_multipart(encode(AbortReq(pending)), copy=False)
+            send(self.to_scheduler, AbortReq(pending))
 
     async def _result_loop(self) -> None:
         while True:
@@ -145,6 +173,8 @@ class TokenizerManager:
                 logger.exception("failed to handle a result message")
 
     def _dispatch(self, res: BatchEmbeddingResult) -> None:
+        self.metrics.observe_batch(batch_size=res.batch_size, batch_tokens=res.batch_tokens,
+                                   queue_length=res.queue_length)
         for i, rid in enumerate(res.rids):
             entry = self.states.pop(rid, None)
             if entry is None:
@@ -164,6 +194,16 @@ class TokenizerManager:
             state.remaining -= 1
             if state.remaining == 0:
                 state.future.set_result(None)
+
+
+INLINE_TOKENIZE_CHARS = 32_768  # beyond this many characters a request is tokenized off the event loop
+
+
+def _text_chars(req: EmbeddingReqInput) -> int:
+    total = sum(len(t) for t in req.text) if req.text is not None else 0
+    if getattr(req, "text_pairs", None) is not None:
+        total += sum(len(a) + len(b) for a, b in req.text_pairs)
+    return total
 
 
 def payload_to_array(payload: bytes) -> np.ndarray:

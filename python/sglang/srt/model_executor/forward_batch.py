@@ -20,7 +20,7 @@ class ForwardBatch:
     """
 
     input_ids: torch.Tensor  # [T] int64
-    positions: torch.Tensor  # [T] int64, 0-based within each sequence
+    positions: torch.Tensor  # [T] int64, 0-based within each sequence; [3, T] M-RoPE for image batches
     seq_lens: torch.Tensor  # [B] int32
     cu_seqlens: torch.Tensor  # [B + 1] int32
     seq_ids: torch.Tensor  # [T] int64, which sequence each token belongs to
@@ -29,6 +29,10 @@ class ForwardBatch:
     token_type_ids: Optional[torch.Tensor] = None  # [T] int64
     attn_backend: Optional["AttentionBackend"] = None
     attn_metadata: Any = None
+    # Images (Qwen2-VL), set by model_executor/multimodal_batch.py for batches that hold any:
+    pixel_values: Optional[torch.Tensor] = None  # [patches, C * T * P * P], every image of the batch
+    image_grid_thw: Optional[np.ndarray] = None  # host int64 [images, 3]: (t, h, w) patches per image
+    image_token_index: Optional[torch.Tensor] = None  # [merged patches] int64: the packed rows they fill
 
     @property
     def batch_size(self) -> int:

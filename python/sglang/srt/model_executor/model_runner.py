@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 import numpy as np
 import torch
 
 from sglang.srt.configs.model_config import ModelConfig
 from sglang.srt.layers.attention.base import AttentionBackend
-from sglang.srt.managers.io_struct import TokenizedEmbeddingReqInput
+from sglang.srt.managers.io_struct import ForwardOutput, TokenizedEmbeddingReqInput
 from sglang.srt.layers.attention.layer import AttentionLayer
-from sglang.srt.layers.pooler import Pooler
+from sglang.srt.model_executor.output_head import OutputHead
 from sglang.srt.model_executor.forward_batch import ForwardBatch
+from sglang.srt.model_executor.multimodal_batch import build_multimodal_batch, has_images, vision_info
 from sglang.srt.model_loader.hub import resolve_model_path
 from sglang.srt.model_loader.loader import load_model
 from sglang.srt.server_args import ConfigError, ServerArgs
@@ -102,7 +103,7 @@ class ModelRunner:
         self.attn_backend = create_attention_backend(server_args.attention_backend, self.device, self.model_config)
         self.model = load_model(self.model_config, self.device)
         self.attn_backend.bind_layers([m for m in self.model.modules() if isinstance(m, AttentionLayer)])
-        self.pooler = Pooler(self.model_config.pooling, self.model_config.normalize)
+        self.output_head = OutputHead.build(self.model_config, self.model, self.device, server_args)
         if self.device.type == "cpu" and self.model_config.dtype == torch.bfloat16 and cpu_bf16_units() is None:
             logger.warning("--dtype bfloat16 on a CPU without bf16 matrix units (AMX / avx512_bf16) is slow")
         self.graph_runner = self._capture_cuda_graphs()
@@ -153,6 +154,8 @@ class ModelRunner:
             "cuda_graph": self.graph_runner is not None,
             "cpu_threads": torch.get_num_threads() if self.device.type == "cpu" else None,
             "cpu_bf16_units": cpu_bf16_units() if self.device.type == "cpu" else None,
+            "vision": vision_info(mc),  # None, or what the tokenizer side needs for image inputs
+            **mc.output.info(),  # embeddings_output (dense / sparse / logits), sparse_head, labels
         }
 
     def build_batch(self, token_lists: Sequence[np.ndarray],
@@ -163,10 +166,15 @@ class ModelRunner:
 
     @torch.inference_mode()
     def forward(self, fb: ForwardBatch) -> torch.Tensor:
-        """Pooled (and, where configured, normalized) float32 vectors [B, dim] on the device.
+        """Pooled (and, where configured, normalized) float32 vectors [B, dim] on the device
+        (a classifier's logits [B, num_labels]), from the dense output head."""
+        return self.output_head.dense(self.hidden_states(fb), fb)
 
-        A batch that fits a captured bucket replays its CUDA graph (embedding and pooling run
-        eagerly around it); any other batch runs the whole model eagerly.
+    def hidden_states(self, fb: ForwardBatch) -> torch.Tensor:
+        """The backbone's final per-token hidden states [T, hidden].
+
+        A batch that fits a captured bucket replays its CUDA graph (embedding runs eagerly before
+        it, the output head after it); any other batch runs the whole model eagerly.
         """
         plan = self.graph_runner.plan(fb) if self.graph_runner is not None else None
         if plan is not None:
@@ -175,11 +183,28 @@ class ModelRunner:
             if fb.attn_metadata is None:
                 self.attn_backend.init_forward_metadata(fb)
             hidden = self.model(fb)
-        return self.pooler(hidden, fb)
+        return hidden
 
-    def run_requests(self, reqs: Sequence[TokenizedEmbeddingReqInput]) -> np.ndarray:
-        """What the scheduler calls per batch: requests in, float32 [B, dim] out."""
+    def run_requests(self, reqs: Sequence[TokenizedEmbeddingReqInput]) -> Union[np.ndarray, ForwardOutput]:
+        """What the scheduler calls per batch: requests in, float32 [B, dim] out (a ForwardOutput
+        with the sparse rows too when some input asked for a sparse format)."""
+        if has_images(reqs):  # one vision forward for all images, one LM forward for all tokens
+            return self.run_multimodal(reqs)
+        if any(r.is_sparse for r in reqs):
+            return self.run_with_sparse(reqs)
         return self.embed([r.input_ids for r in reqs], [r.token_type_ids for r in reqs])
+
+    @torch.inference_mode()
+    def run_with_sparse(self, reqs: Sequence[TokenizedEmbeddingReqInput]) -> ForwardOutput:
+        """A batch where some input asked for {token_id: weight}: the sparse head reads the hidden states."""
+        fb = self.build_batch([r.input_ids for r in reqs], [r.token_type_ids for r in reqs])
+        return self.output_head.run(self.hidden_states(fb), fb, [r.is_sparse for r in reqs])
+
+    def run_multimodal(self, reqs: Sequence[TokenizedEmbeddingReqInput]) -> np.ndarray:
+        """A batch with images (Qwen2-VL): M-RoPE positions keep it off the CUDA graphs."""
+        fb = build_multimodal_batch(reqs, self.device, self.model.image_token_id, self.model_config.dtype)
+        fb.attn_backend = self.attn_backend
+        return self.forward(fb).to("cpu", torch.float32).numpy()
 
     def embed(self, token_lists: Sequence[np.ndarray],
               token_type_lists: Optional[Sequence[Optional[np.ndarray]]] = None) -> np.ndarray:

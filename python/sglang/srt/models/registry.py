@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Optional
 
 from sglang.srt.server_args import ConfigError
 
@@ -16,6 +17,28 @@ class ModelSpec:
     default_pooling: str
     absolute_positions: bool  # a learned position table caps the context length
     padding_offset: int = 0  # RoBERTa-style position ids start after padding_idx
+    image_inputs: bool = False  # takes {"image": ...} inputs (managers/multimodal/)
+    # Sequence-classification head on top of the backbone (layers/classifier_heads.py): such a
+    # checkpoint is served as-is and answers with its logits.
+    classifier: Optional[str] = None
+    # Naming of the checkpoint's masked-LM head, which SPLADE reads ("bert": cls.predictions.*,
+    # "roberta": lm_head.*); None: the family has none.
+    mlm_head: Optional[str] = None
+    # A config flag that turns a decoder into a bidirectional encoder (EmbeddingGemma's
+    # `use_bidirectional_attention`); such a checkpoint is then an encoder with mean pooling.
+    bidirectional_flag: Optional[str] = None
+
+    @property
+    def is_classifier(self) -> bool:
+        return self.classifier is not None
+
+    def is_bidirectional(self, hf_config) -> bool:
+        return self.is_encoder or bool(self.bidirectional_flag and getattr(hf_config, self.bidirectional_flag, False))
+
+    def default_pooling_for(self, hf_config) -> str:
+        if self.bidirectional_flag and self.is_bidirectional(hf_config):
+            return "mean"
+        return self.default_pooling
 
     def position_offset(self, hf_config) -> int:
         if not self.padding_offset:
@@ -23,7 +46,13 @@ class ModelSpec:
         return int(getattr(hf_config, "pad_token_id", 1) or 0) + 1
 
 
-_BERT = ModelSpec("bert", "BertModel", is_encoder=True, default_pooling="cls", absolute_positions=True)
+_BERT = ModelSpec("bert", "BertModel", is_encoder=True, default_pooling="cls", absolute_positions=True,
+                  mlm_head="bert")
+# RoBERTa and XLM-RoBERTa (bge-m3, multilingual-e5): BERT with positions numbered from padding_idx + 1.
+_ROBERTA = ModelSpec("xlm_roberta", "XLMRobertaModel", is_encoder=True, default_pooling="cls",
+                     absolute_positions=True, padding_offset=1, mlm_head="roberta")
+_GEMMA3 = ModelSpec("gemma3", "Gemma3Model", is_encoder=False, default_pooling="lasttoken",
+                    absolute_positions=False, bidirectional_flag="use_bidirectional_attention")
 
 
 def _decoder(module: str, class_name: str) -> ModelSpec:
@@ -34,11 +63,23 @@ def _decoder(module: str, class_name: str) -> ModelSpec:
 _QWEN3 = _decoder("qwen3", "Qwen3Model")
 _QWEN2 = _decoder("qwen2", "Qwen2Model")
 _LLAMA = _decoder("llama", "LlamaModel")  # Mistral is the same decoder (plus a sliding window)
+# GME (gme-Qwen2-VL-*-Instruct): vision tower + the Qwen2 decoder with M-RoPE, last-token pooling.
+_QWEN2_VL = ModelSpec("qwen2_vl", "Qwen2VLForConditionalGeneration", is_encoder=False,
+                      default_pooling="lasttoken", absolute_positions=False, image_inputs=True)
 
 _MODELS: dict[str, ModelSpec] = {
     "BertModel": _BERT,
     "BertForMaskedLM": _BERT,
     "BertForPreTraining": _BERT,
+    "BertForSequenceClassification": replace(_BERT, classifier="bert_pooler"),
+    "XLMRobertaModel": _ROBERTA,
+    "XLMRobertaForMaskedLM": _ROBERTA,
+    "XLMRobertaForSequenceClassification": replace(_ROBERTA, classifier="roberta"),
+    "RobertaModel": _ROBERTA,
+    "RobertaForMaskedLM": _ROBERTA,
+    "RobertaForSequenceClassification": replace(_ROBERTA, classifier="roberta"),
+    "Gemma3TextModel": _GEMMA3,
+    "Gemma3ForCausalLM": _GEMMA3,
     "Qwen3ForCausalLM": _QWEN3,
     "Qwen3Model": _QWEN3,
     "Qwen2ForCausalLM": _QWEN2,
@@ -47,6 +88,12 @@ _MODELS: dict[str, ModelSpec] = {
     "LlamaModel": _LLAMA,
     "MistralForCausalLM": _LLAMA,
     "MistralModel": _LLAMA,
+    "Qwen2VLForConditionalGeneration": _QWEN2_VL,
+    # Decoder rewards / classifiers: the score head reads the last token that is not padding.
+    "Qwen3ForSequenceClassification": replace(_QWEN3, classifier="score"),
+    "Qwen2ForSequenceClassification": replace(_QWEN2, classifier="score"),
+    "LlamaForSequenceClassification": replace(_LLAMA, classifier="score"),
+    "MistralForSequenceClassification": replace(_LLAMA, classifier="score"),
 }
 
 

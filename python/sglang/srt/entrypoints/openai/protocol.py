@@ -4,13 +4,26 @@ from __future__ import annotations
 
 from typing import Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
+
+
+class MultimodalEmbeddingInput(BaseModel):
+    """One item of a multimodal request: text, an image, or both fused into one vector."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: Optional[StrictStr] = Field(None, description="Text of the item.")
+    image: Optional[StrictStr] = Field(
+        None, description="http(s) URL, data URI, bare base64, or a path under --allowed-local-media-path."
+    )
+
 
 EmbeddingInputField = Union[
     StrictStr,
     list[StrictStr],
     list[StrictInt],
     list[list[StrictInt]],
+    list[MultimodalEmbeddingInput],
 ]
 
 
@@ -19,7 +32,8 @@ class EmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     input: EmbeddingInputField = Field(
-        ..., description="A string, a list of strings, a list of token ids, or a list of token-id lists."
+        ..., description='A string, a list of strings, a list of token ids, a list of token-id lists, '
+                         'or a list of {"text", "image"} objects (one embedding each).'
     )
     model: Optional[str] = Field(None, description="Must name the served model when given.")
     encoding_format: Literal["float", "base64"] = Field(
@@ -27,6 +41,25 @@ class EmbeddingRequest(BaseModel):
     )
     dimensions: Optional[StrictInt] = Field(None, description="Matryoshka output width (models that support it).")
     user: Optional[str] = Field(None, description="Accepted and ignored.")
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _check_objects(cls, value):
+        """Say exactly what is wrong with a list of objects (a union error would list every shape)."""
+        if not (isinstance(value, list) and any(isinstance(x, dict) for x in value)):
+            return value
+        if not all(isinstance(x, dict) for x in value):
+            raise ValueError("'input' cannot mix {\"text\", \"image\"} objects with strings or token ids.")
+        for i, item in enumerate(value):
+            unknown = sorted(set(item) - {"text", "image"})
+            if unknown:
+                raise ValueError(f"Item {i}: unknown field(s) {', '.join(unknown)}; use 'text' and 'image'.")
+            if item.get("text") is None and item.get("image") is None:
+                raise ValueError(f"Item {i}: needs 'text', 'image' or both.")
+            for key in ("text", "image"):
+                if item.get(key) is not None and not isinstance(item[key], str):
+                    raise ValueError(f"Item {i}: '{key}' must be a string.")
+        return value
 
 
 class EmbeddingObject(BaseModel):

@@ -7,10 +7,11 @@ from typing import Optional
 import orjson
 
 from sglang.srt.managers.errors import EmbeddingError
-from sglang.srt.managers.io_struct import EmbeddingReqInput
+from sglang.srt.configs.output_config import OUTPUT_SPARSE
+from sglang.srt.managers.io_struct import FORMAT_BASE64, FORMAT_SPARSE_DICT, EmbeddingReqInput, MultimodalItem
 from sglang.srt.managers.matryoshka import validate_dimensions
 from sglang.srt.managers.tokenizer_manager import EmbeddingResult, TokenizerManager
-from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest
+from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest, MultimodalEmbeddingInput
 
 
 def model_not_found(name: str) -> EmbeddingError:
@@ -18,7 +19,8 @@ def model_not_found(name: str) -> EmbeddingError:
 
 
 def to_req_input(request: EmbeddingRequest, rid: Optional[str] = None) -> EmbeddingReqInput:
-    """Normalize the four OpenAI input shapes into texts or token-id lists."""
+    """Normalize the OpenAI input shapes into texts or token-id lists, and {"text", "image"}
+    objects into multimodal items."""
     inp = request.input
     if isinstance(inp, str):
         return EmbeddingReqInput(text=[inp], dimensions=request.dimensions,
@@ -29,12 +31,37 @@ def to_req_input(request: EmbeddingRequest, rid: Optional[str] = None) -> Embedd
     if isinstance(first, str):
         return EmbeddingReqInput(text=list(inp), dimensions=request.dimensions,
                                  encoding_format=request.encoding_format, rid=rid)
+    if isinstance(first, MultimodalEmbeddingInput):
+        return EmbeddingReqInput(items=[MultimodalItem(x.text, x.image) for x in inp], dimensions=request.dimensions,
+                                 encoding_format=request.encoding_format, rid=rid)
     if isinstance(first, int):
         ids = [list(inp)]
     else:
         ids = [list(x) for x in inp]
     return EmbeddingReqInput(input_ids=ids, dimensions=request.dimensions,
                              encoding_format=request.encoding_format, rid=rid)
+
+
+def check_client_batch_size(n: int, server_args) -> None:
+    """413 for more inputs than one request may carry: --max-client-batch-size, and never more
+    than --max-queue-size (such a request could never be queued, and a 429 would invite retries)."""
+    limit, flag = server_args.max_client_batch_size, "--max-client-batch-size"
+    if server_args.max_queue_size < limit:
+        limit, flag = server_args.max_queue_size, "--max-queue-size"
+    if n > limit:
+        raise EmbeddingError(413, f"The request has {n} inputs; this server takes at most {limit} per request "
+                                  f"({flag}).", param="input")
+
+
+def sparse_embeddings_format(model_info: dict, requested: str) -> Optional[str]:
+    """Sparse models (SPLADE, --sparse-head) answer {"token_id": weight} objects, as SGLang does:
+    FORMAT_SPARSE_DICT (base64 cannot carry them); None keeps a dense model's requested format."""
+    if model_info.get("embeddings_output") != OUTPUT_SPARSE:
+        return None
+    if requested == FORMAT_BASE64:
+        raise EmbeddingError(400, "encoding_format 'base64' is not available for sparse embeddings; "
+                                  "use 'float' ({token_id: weight} objects).", param="encoding_format")
+    return FORMAT_SPARSE_DICT
 
 
 def render_response(result: EmbeddingResult, model: str) -> bytes:
@@ -62,5 +89,8 @@ class OpenAIServingEmbedding:
 
     async def create_embedding(self, request: EmbeddingRequest, rid: Optional[str] = None) -> tuple[bytes, EmbeddingResult]:
         self.validate(request)
-        result = await self.tm.embed(to_req_input(request, rid))
+        req = to_req_input(request, rid)
+        check_client_batch_size(req.batch_size, self.tm.server_args)
+        req.encoding_format = sparse_embeddings_format(self.tm.model_info, req.encoding_format) or req.encoding_format
+        result = await self.tm.embed(req)
         return render_response(result, self.served_model_name), result
