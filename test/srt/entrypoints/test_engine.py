@@ -48,3 +48,23 @@ def test_engine_shutdown_is_idempotent():
     engine.shutdown()
     engine.shutdown()
     assert not mp.active_children()
+
+
+def test_engine_encodes_image_items_like_the_http_api(tmp_path):
+    from test.helpers.images import data_uri, encode_image, gradient_image
+    from test.helpers.tiny_models import build_tiny_gme
+
+    gme = build_tiny_gme(str(tmp_path / "gme"))
+    image = data_uri(encode_image(gradient_image(40, 28)))
+    with sglang.Engine(model_path=gme, chat_template="gme-qwen2-vl") as engine:
+        one = engine.encode({"image": image})
+        many = engine.encode([{"text": "a cat"}, {"image": image}, {"text": "a cat", "image": image}])
+        with pytest.raises(EmbeddingError) as err:
+            engine.encode({"caption": "no"})
+    assert err.value.status == 400
+    assert isinstance(one, dict) and len(many) == 3
+    np.testing.assert_allclose(one["embedding"], many[1]["embedding"], atol=1e-5)
+    assert many[2]["meta_info"]["prompt_tokens"] > many[0]["meta_info"]["prompt_tokens"]
+    vecs = np.asarray([m["embedding"] for m in many])
+    np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
+    assert not np.allclose(vecs[0], vecs[2], atol=1e-3)

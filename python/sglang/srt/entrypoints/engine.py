@@ -15,14 +15,15 @@ from typing import Optional, Union
 import orjson
 
 from sglang.srt.configs.model_config import check_model
-from sglang.srt.entrypoints.engine_processes import EngineProcesses
 from sglang.srt.configs.output_config import OUTPUT_SPARSE
-from sglang.srt.managers.io_struct import FORMAT_RAW, FORMAT_SPARSE_DICT, EmbeddingReqInput
+from sglang.srt.entrypoints.engine_processes import EngineProcesses
+from sglang.srt.managers.errors import EmbeddingError
+from sglang.srt.managers.io_struct import FORMAT_RAW, FORMAT_SPARSE_DICT, EmbeddingReqInput, MultimodalItem
 from sglang.srt.managers.matryoshka import validate_dimensions
 from sglang.srt.managers.tokenizer_manager import TokenizerManager, payload_to_array
 from sglang.srt.server_args import ServerArgs
 
-Prompt = Union[str, list[str], list[int], list[list[int]]]
+Prompt = Union[str, list[str], list[int], list[list[int]], dict, list[dict]]
 
 
 def _sparse_payload(payload: bytes) -> dict[int, float]:
@@ -60,20 +61,15 @@ class Engine:
     def encode(self, prompt: Prompt, dimensions: Optional[int] = None) -> Union[dict, list[dict]]:
         """Embed one input (-> dict) or a batch (-> list of dicts), like SGLang's Engine.encode.
 
+        An input is a string, a list of token ids, or (multimodal models) a `{"text", "image"}`
+        dict as the HTTP API takes it.
+
         `embedding` is a list of floats: the vector, or a classifier's logits; on a sparse model
         (SPLADE, --sparse-head) it is a {token_id: weight} dict.
 
         Raises EmbeddingError for a bad input, with the same message the HTTP API would give.
         """
-        single = isinstance(prompt, str) or (bool(prompt) and isinstance(prompt[0], int))
-        if isinstance(prompt, str):
-            req = EmbeddingReqInput(text=[prompt])
-        elif single:
-            req = EmbeddingReqInput(input_ids=[list(prompt)])
-        elif prompt and isinstance(prompt[0], str):
-            req = EmbeddingReqInput(text=list(prompt))
-        else:
-            req = EmbeddingReqInput(input_ids=[list(p) for p in prompt])
+        req, single = _to_request(prompt)
         validate_dimensions(dimensions, self.model_info, self.server_args.served_model_name)
         req.dimensions = dimensions
         sparse = self.model_info.get("embeddings_output") == OUTPUT_SPARSE
@@ -106,3 +102,26 @@ class Engine:
 
     def __exit__(self, *exc) -> None:
         self.shutdown()
+
+
+def _to_request(prompt: Prompt) -> tuple[EmbeddingReqInput, bool]:
+    """The four prompt shapes (one or many; text, token ids, or multimodal items) as a request."""
+    if isinstance(prompt, str):
+        return EmbeddingReqInput(text=[prompt]), True
+    if isinstance(prompt, dict):
+        return EmbeddingReqInput(items=[_item(prompt)]), True
+    if prompt and isinstance(prompt[0], int):
+        return EmbeddingReqInput(input_ids=[list(prompt)]), True
+    if prompt and isinstance(prompt[0], str):
+        return EmbeddingReqInput(text=list(prompt)), False
+    if prompt and isinstance(prompt[0], dict):
+        return EmbeddingReqInput(items=[_item(p) for p in prompt]), False
+    return EmbeddingReqInput(input_ids=[list(p) for p in prompt]), False
+
+
+def _item(d: dict) -> MultimodalItem:
+    unknown = set(d) - {"text", "image"}
+    if unknown or not (d.get("text") or d.get("image")):
+        raise EmbeddingError(400, 'A multimodal input is {"text": ..., "image": ...} with at least one of the two.',
+                             param="input")
+    return MultimodalItem(text=d.get("text"), image=d.get("image"))

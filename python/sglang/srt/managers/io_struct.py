@@ -175,13 +175,4 @@ class BatchEmbeddingResult:
     queue_length: int = 0
 
 
-@message
-@dataclass
-class ReadyInfo:
-    """What a child process reports once it can take work."""
-
-    process: str
-    model_info: dict[str, Any] = field(default_factory=dict)
-
-
 EmbeddingInput = Union[str, list[str], list[int], list[list[int]]]
