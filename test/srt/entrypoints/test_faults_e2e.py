@@ -12,31 +12,11 @@ import time
 import pytest
 import requests
 
+from test.helpers.procs import running, wait_for
 from test.helpers.server import ServerProcess
 
 pytestmark = pytest.mark.slow
 LONG = "the quick brown fox jumps over the lazy dog " * 25  # ~226 tokens
-
-
-def _running(pids: list[int]) -> list[int]:
-    alive = []
-    for p in pids:
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
-                    alive.append(p)
-        except FileNotFoundError:
-            pass
-    return alive
-
-
-def _wait_for(cond, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return cond()
 
 
 def _by_name(server: ServerProcess, prefix: str) -> int:
@@ -59,12 +39,12 @@ def test_sigkill_of_the_server_takes_children_and_ipc_dir_along():
         os.kill(s.proc.pid, signal.SIGKILL)
         s.proc.wait(5)
         t0 = time.monotonic()
-        assert _wait_for(lambda: not _running(children), 5.0), f"orphans left: {_running(children)}"
-        assert _wait_for(lambda: not os.path.exists(ipc_dir), 2.0), "the IPC directory was left behind"
+        assert wait_for(lambda: not running(children), 5.0), f"orphans left: {running(children)}"
+        assert wait_for(lambda: not os.path.exists(ipc_dir), 2.0), "the IPC directory was left behind"
         print(f"\nchildren gone {time.monotonic() - t0:.2f} s after SIGKILL")
     finally:
         s.stop()
-        for pid in _running(s.children()):
+        for pid in running(s.children()):
             os.kill(pid, signal.SIGKILL)
 
 
@@ -158,7 +138,7 @@ def test_group_sigterm_drains_in_flight_requests_then_exits_0():
         assert max(t for _, t in done) > sig_time + 0.2, "nothing was in flight at SIGTERM"
         assert late in (503, "refused")
         assert s.proc.wait(30) == 0
-        assert _wait_for(lambda: not _running(children), 5.0)
+        assert wait_for(lambda: not running(children), 5.0)
         assert not os.path.exists(ipc_dir)
         assert "finishing in-flight requests" in open(s.log_path).read()
     finally:

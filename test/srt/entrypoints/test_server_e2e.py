@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import requests
 
+from test.helpers.procs import running, wait_for
 from test.helpers.server import ServerProcess
 from test.helpers.texts import load_texts
 
@@ -149,20 +150,6 @@ def test_server_survives_errors_and_keeps_serving(server):
     assert _post(server, {"input": "still alive"}).status_code == 200
 
 
-def _running(pids: list[int]) -> list[int]:
-    """PIDs still running (a zombie has exited; only its parent's reaping is left)."""
-    alive = []
-    for p in pids:
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            continue
-        if state != "Z":
-            alive.append(p)
-    return alive
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_clean_shutdown_leaves_nothing_behind(sig):
     s = ServerProcess()
@@ -171,10 +158,7 @@ def test_clean_shutdown_leaves_nothing_behind(sig):
     ipc_dir = s.ipc_dir()
     assert os.stat(ipc_dir).st_mode & 0o777 == 0o700
     assert s.stop(sig) == 0
-    deadline = time.monotonic() + 5
-    while _running(children) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not _running(children)
+    assert wait_for(lambda: not running(children), 5.0)
     assert not os.path.exists(ipc_dir)
 
 

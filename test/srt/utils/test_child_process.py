@@ -14,6 +14,7 @@ import pytest
 from sglang.srt.entrypoints.engine_processes import EngineProcesses, describe_exit
 from sglang.srt.server_args import ConfigError, ServerArgs
 from sglang.srt.utils.process import mark_stopping, prepare_child_process, stop_requested
+from test.helpers.procs import is_running, wait_for
 
 
 def _child(parent_pid: int, ipc_dir: str) -> None:
@@ -36,23 +37,6 @@ def _killed_while_loading(ready_pipe) -> None:
 
 def _never_ready(ready_pipe) -> None:
     time.sleep(30)
-
-
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
-def _wait(cond, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return cond()
 
 
 def test_sigterm_is_ignored_until_the_parent_marks_stopping():
@@ -87,8 +71,8 @@ def test_orphaned_child_exits_and_removes_the_ipc_dir():
     time.sleep(1.0)
     os.kill(middle.pid, signal.SIGKILL)  # the "server" dies without any cleanup
     middle.join(5)
-    assert _wait(lambda: _gone(child_pid), 5.0), "orphaned child still running"
-    assert _wait(lambda: not os.path.exists(ipc_dir), 2.0), "orphaned child left the IPC dir behind"
+    assert wait_for(lambda: not is_running(child_pid), 5.0), "orphaned child still running"
+    assert wait_for(lambda: not os.path.exists(ipc_dir), 2.0), "orphaned child left the IPC dir behind"
 
 
 def test_exit_codes_in_words():

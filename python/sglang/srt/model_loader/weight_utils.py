@@ -124,3 +124,14 @@ def fill_parameters(module: nn.Module, state: dict[str, torch.Tensor], what: str
                 raise ConfigError(f"{what}: tensor {name} has shape {tuple(tensor.shape)}, "
                                   f"expected {tuple(param.shape)}")
             param.copy_(tensor.to(param.dtype))
+
+
+def decoder_checkpoint_name(name: str, skip_prefixes: tuple[str, ...]) -> Optional[str]:
+    """Map a decoder checkpoint tensor name onto the bare model's naming (None: not ours).
+
+    *ForCausalLM checkpoints nest the decoder under `model.`; bare *Model checkpoints do not;
+    heads such as `lm_head.` are listed in `skip_prefixes` and never loaded.
+    """
+    if name.startswith(skip_prefixes):
+        return None
+    return name[len("model."):] if name.startswith("model.") else name

@@ -33,7 +33,7 @@ from sglang.srt.layers.layernorm import RMSNorm
 from sglang.srt.layers.linear import Linear, MergedLinear, QKVLinear, default_weight_loader
 from sglang.srt.layers.rotary_embedding import RotaryEmbedding
 from sglang.srt.model_executor.forward_batch import ForwardBatch
-from sglang.srt.model_loader.weight_utils import load_weights_into
+from sglang.srt.model_loader.weight_utils import decoder_checkpoint_name, load_weights_into
 
 SLIDING, FULL = "sliding_attention", "full_attention"
 
@@ -182,10 +182,7 @@ class Gemma3Model(nn.Module):
         return self.run_layers(self.embed(fb), fb)
 
     def _rename(self, name: str) -> Optional[str]:
-        if name.startswith(self.skip_checkpoint_prefixes):
-            return None
-        # Gemma3ForCausalLM nests the model under `model.`; Gemma3TextModel (EmbeddingGemma) does not.
-        return name[len("model."):] if name.startswith("model.") else name
+        return decoder_checkpoint_name(name, self.skip_checkpoint_prefixes)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         return load_weights_into(self, weights, self.stacked_params_mapping, self._rename)

@@ -1,0 +1,29 @@
+"""Process checks for lifecycle tests: is a PID still running, and waiting for a condition."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+
+def is_running(pid: int) -> bool:
+    """True while `pid` runs; a zombie has exited and only waits for its parent to reap it."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def running(pids: list[int]) -> list[int]:
+    return [p for p in pids if is_running(p)]
+
+
+def wait_for(cond: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
+    """Poll `cond` until it holds or `timeout` seconds pass; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(interval)
+    return cond()
