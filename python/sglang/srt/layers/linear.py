@@ -2,6 +2,10 @@
 
 Checkpoints store q/k/v (and gate/up) separately; we fuse them into one matmul. Each parameter
 carries a `weight_loader(param, loaded, shard_id)` so the model loader never needs to know the layout.
+
+On CPU the matmul goes to oneDNN (`mkldnn._linear_pointwise`, the kernel torch's own inductor
+uses) rather than `F.linear`'s BLAS call: on the AVX-512 AMD machines we measured it is ~25% faster
+in float32 and bfloat16 alike, and it can apply GELU in the same pass (benchmark/NOTES.md).
 """
 
 from __future__ import annotations
@@ -20,6 +24,27 @@ def default_weight_loader(param: torch.Tensor, loaded: torch.Tensor, shard_id=No
         param.copy_(loaded)
 
 
+def _onednn_linear():
+    if not torch.backends.mkldnn.is_available():
+        return None
+    return getattr(torch.ops.mkldnn, "_linear_pointwise", None)
+
+
+_ONEDNN_LINEAR = _onednn_linear()
+_ONEDNN_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+           gelu: bool = False) -> torch.Tensor:
+    """x @ weight.T + bias, optionally followed by exact (erf) GELU, fused on CPU."""
+    if _ONEDNN_LINEAR is not None and x.device.type == "cpu" and x.dtype in _ONEDNN_DTYPES and x.dtype == weight.dtype:
+        if gelu:
+            return _ONEDNN_LINEAR(x, weight, bias, "gelu", [], "none")
+        return _ONEDNN_LINEAR(x, weight, bias, "none", [], "")
+    out = F.linear(x, weight, bias)
+    return F.gelu(out) if gelu else out
+
+
 class Linear(nn.Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True) -> None:
         super().__init__()
@@ -33,7 +58,11 @@ class Linear(nn.Module):
             self.register_parameter("bias", None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias)
+
+    def forward_gelu(self, x: torch.Tensor) -> torch.Tensor:
+        """GELU(linear(x)) in one pass where the backend can fuse it."""
+        return linear(x, self.weight, self.bias, gelu=True)
 
 
 class MergedLinear(Linear):

@@ -81,8 +81,11 @@ class BertIntermediate(nn.Module):
         super().__init__()
         self.dense = Linear(config.hidden_size, config.intermediate_size)
         self.act = get_activation(config.hidden_act)
+        self.exact_gelu = config.hidden_act == "gelu"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.exact_gelu:
+            return self.dense.forward_gelu(x)
         return self.act(self.dense(x))
 
 
