@@ -1,0 +1,43 @@
+"""CPU execution choices: bfloat16 stays close to float32, and thread settings are honoured."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from sglang.srt.managers.tokenization import load_tokenizer
+from sglang.srt.model_executor.model_runner import ModelRunner, cpu_bf16_units
+from sglang.srt.server_args import ServerArgs
+from test.helpers.parity import cosine_rows
+from test.helpers.texts import load_texts
+
+
+@pytest.fixture(scope="module")
+def corpus_ids():
+    args = ServerArgs()
+    tok = load_tokenizer(args.tokenizer_path, False)
+    ids = tok(load_texts(), truncation=True, max_length=256)["input_ids"]
+    return [np.asarray(x, dtype=np.int32) for x in ids]
+
+
+def test_bfloat16_vectors_stay_within_0999_of_float32(corpus_ids):
+    fp32 = ModelRunner(ServerArgs(device="cpu"))
+    bf16 = ModelRunner(ServerArgs(device="cpu", dtype="bfloat16"))
+    assert bf16.model_config.dtype == torch.bfloat16
+    batches = [corpus_ids[i:i + 40] for i in range(0, len(corpus_ids), 40)]
+    ref = np.concatenate([fp32.embed(b) for b in batches])
+    got = np.concatenate([bf16.embed(b) for b in batches])
+    assert got.dtype == np.float32 and got.shape == ref.shape
+    assert cosine_rows(got, ref).min() >= 0.999
+    info = bf16.model_info()
+    assert info["dtype"] == "bfloat16" and info["cpu_bf16_units"] == cpu_bf16_units()
+
+
+def test_cpu_threads_flag_sets_torch_threads():
+    before = torch.get_num_threads()
+    try:
+        runner = ModelRunner(ServerArgs(device="cpu", cpu_threads=1))
+        assert torch.get_num_threads() == 1 and runner.model_info()["cpu_threads"] == 1
+    finally:
+        torch.set_num_threads(before)
