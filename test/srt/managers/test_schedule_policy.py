@@ -45,19 +45,27 @@ def test_single_request_over_budget_still_runs_alone():
     assert next_batch([Item(500), Item(1)], BatchBudget(8, 100), 0.0).take == 1
 
 
-def test_hold_window_waits_for_more_then_fires():
+def test_hold_window_waits_for_the_expected_inputs_then_fires():
     budget = BatchBudget(8, 100, max_queue_delay=0.01)
-    d = next_batch([Item(5, arrival_time=1.0)], budget, now=1.004)
+    d = next_batch([Item(5, arrival_time=1.0)], budget, now=1.004, expected=3)
     assert d.take == 0 and abs(d.wait - 0.006) < 1e-9
-    d = next_batch([Item(5, arrival_time=1.0)], budget, now=1.0101)
+    d = next_batch([Item(5, arrival_time=1.0)], budget, now=1.0101, expected=3)
     assert d.take == 1
+    # As many as expected have arrived: no reason to keep holding.
+    assert next_batch([Item(5, 1.0)] * 3, budget, now=1.001, expected=3).take == 3
+
+
+def test_hold_window_never_delays_a_lone_client():
+    budget = BatchBudget(8, 100, max_queue_delay=0.05)
+    assert next_batch([Item(5, 1.0)], budget, now=1.0, expected=1).take == 1
+    assert next_batch([Item(5, 1.0)], budget, now=1.0, expected=0).take == 1
 
 
 def test_full_batch_ignores_hold_window():
     budget = BatchBudget(4, 100, max_queue_delay=10.0)
-    assert next_batch([Item(1, 0.0)] * 4, budget, now=0.0).take == 4
+    assert next_batch([Item(1, 0.0)] * 4, budget, now=0.0, expected=50).take == 4
     # token budget full also dispatches at once
-    assert next_batch([Item(60, 0.0), Item(60, 0.0)], budget, now=0.0).take == 1
+    assert next_batch([Item(60, 0.0), Item(60, 0.0)], budget, now=0.0, expected=50).take == 1
 
 
 def test_no_starvation_behind_stream_of_short_requests():

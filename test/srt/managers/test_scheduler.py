@@ -83,13 +83,30 @@ def test_failing_forward_fails_only_its_batch():
 def test_hold_window_reports_wait_and_fires_later():
     clock = Clock()
     s = Scheduler(_args(max_queue_delay=0.05), _sum_embed([]), clock)
+    # A first request finds an idle server and runs at once; its batch size sets what to wait for.
+    s.add_requests([_req("x", t=clock.t), _req("y", t=clock.t)])
+    out, _ = s.step()
+    assert out.rids == ["x", "y"]
     s.add_requests([_req("a", t=clock.t)])
     out, wait = s.step()
     assert out is None and abs(wait - 0.05) < 1e-9
+    s.add_requests([_req("b", t=clock.t + 0.01)])  # the second expected input arrives: go
+    clock.t += 0.01
+    out, _ = s.step()
+    assert out.rids == ["a", "b"]
+    assert abs(out.queue_times[0] - 0.01) < 1e-9
+
+
+def test_hold_window_expires_when_fewer_arrive():
+    clock = Clock()
+    s = Scheduler(_args(max_queue_delay=0.05), _sum_embed([]), clock)
+    s.add_requests([_req("x"), _req("y"), _req("z")])
+    s.step()
+    s.add_requests([_req("a", t=clock.t)])
+    assert s.step()[0] is None
     clock.t += 0.06
     out, _ = s.step()
-    assert out.rids == ["a"]
-    assert abs(out.queue_times[0] - 0.06) < 1e-9
+    assert out.rids == ["a"] and abs(out.queue_times[0] - 0.06) < 1e-9
 
 
 def test_requests_queued_past_the_deadline_get_504_before_any_compute():
@@ -122,6 +139,8 @@ def test_deadline_exactly_reached_expires_and_zero_means_never():
 def test_hold_window_wakes_up_for_the_deadline():
     clock = Clock()
     s = Scheduler(_args(max_queue_delay=5.0, request_timeout=1.0), _sum_embed([]), clock)
+    s.add_requests([_req("x", t=clock.t), _req("y", t=clock.t)])
+    s.step()  # a batch of two: the hold window now waits for two inputs
     s.add_requests([_req("a", t=clock.t)])
     out, wait = s.step()
     assert out is None and wait == pytest.approx(1.0)

@@ -33,10 +33,13 @@ class BatchDecision:
     tokens: int = 0
 
 
-def next_batch(queue: Iterable[QueuedItem], budget: BatchBudget, now: float) -> BatchDecision:
+def next_batch(queue: Iterable[QueuedItem], budget: BatchBudget, now: float, expected: int = 0) -> BatchDecision:
     """Decide how many head-of-queue requests form the next batch.
 
     `queue` is iterated in order and only as far as needed, so callers can pass a live view.
+    `expected` is how many inputs the caller expects to be waiting by now (the size of the batch
+    it last ran: under a steady load the clients just answered send again). The hold window only
+    waits while fewer than that have arrived, so a lone client never waits for a batch to fill.
     """
     take = tokens = 0
     oldest = None
@@ -59,7 +62,7 @@ def next_batch(queue: Iterable[QueuedItem], budget: BatchBudget, now: float) -> 
     if take == 0:
         return BatchDecision(0, None)
     full = overflow or take == budget.max_batch_size
-    if full or budget.max_queue_delay <= 0:
+    if full or budget.max_queue_delay <= 0 or take >= expected:
         return BatchDecision(take, None, tokens)
     remaining = oldest + budget.max_queue_delay - now
     if remaining <= 0:

@@ -44,6 +44,7 @@ class Scheduler:
         self.forward_fn = forward_fn
         self.clock = clock
         self.waiting: "OrderedDict[str, TokenizedEmbeddingReqInput]" = OrderedDict()
+        self.last_batch_size = 0  # the hold window waits for about this many inputs (schedule_policy)
 
     # ----- input -----
     def add_requests(self, reqs: list[TokenizedEmbeddingReqInput]) -> Optional[BatchEmbeddingOutput]:
@@ -76,7 +77,7 @@ class Scheduler:
             out = BatchEmbeddingOutput.failure(expired, 504, REQUEST_TIMEOUT_MESSAGE, queue_length=len(self.waiting))
             out.queue_times = [max(0.0, now - r.arrival_time) for r in expired]
             return out, (0.0 if self.waiting else None)
-        decision = next_batch(self.waiting.values(), self.budget, now)
+        decision = next_batch(self.waiting.values(), self.budget, now, self.last_batch_size)
         if decision.take == 0:
             wait = decision.wait
             if self.request_timeout is not None and wait is not None:
@@ -84,6 +85,7 @@ class Scheduler:
                 wait = min(wait, max(0.0, head.arrival_time + self.request_timeout - now))
             return None, wait
         batch = [self.waiting.popitem(last=False)[1] for _ in range(decision.take)]
+        self.last_batch_size = len(batch)
         out = self.run_batch(batch)
         return out, (0.0 if self.waiting else None)
 
