@@ -170,39 +170,31 @@ def create_app(server_args: ServerArgs, port_args: PortArgs, model_info: dict,
         return json_response({**model_info, "is_embedding": True, "is_generation": False,
                               "tokenizer_path": server_args.tokenizer_path})
 
-    @app.post("/v1/embeddings", responses=_ERROR_RESPONSES)
-    async def embeddings(request: EmbeddingRequest, raw: Request):
+    async def serve_task(raw: Request, work: Callable[[Optional[str]], Awaitable],
+                         log_fields: Optional[dict] = None) -> Response:
+        """Run one inference route: cancelled on disconnect, timed, logged, timing headers set."""
         # The middleware stamped the request's arrival and id (echoed as x-request-id).
         state = request_state(raw.scope)
         start = state.get("start_time") or time.monotonic()
-        fields = state["log_fields"] = {"inputs": count_inputs(request.input)}
-        if server_args.log_request_text:
-            fields["input"] = loggable_input(request.input)
-        body, result = await cancel_on_disconnect(
-            raw, app.state.serving.create_embedding(request, state.get("request_id")))
-        total = time.monotonic() - start
+        fields = state["log_fields"] = log_fields if log_fields is not None else {}
+        body, result = await cancel_on_disconnect(raw, work(state.get("request_id")))
+        fields.setdefault("inputs", len(result.payloads))
         fields.update(prompt_tokens=sum(result.prompt_tokens), tokenize_ms=round(result.tokenize_time * 1000, 2),
                       queue_ms=round(result.queue_time * 1000, 2), inference_ms=round(result.inference_time * 1000, 2))
-        headers = {
-            "x-queue-time": f"{result.queue_time * 1000:.2f}",
-            "x-inference-time": f"{result.inference_time * 1000:.2f}",
-            "x-total-time": f"{total * 1000:.2f}",
-        }
-        return json_response(body, headers=headers)
-
-    # ----- classifiers, cross-encoders and sparse heads (docs/rerank_and_classify.md, docs/sparse.md) -----
-    async def serve_task(raw: Request, work: Callable[[Optional[str]], Awaitable]) -> Response:
-        """Run one of the routes below as /v1/embeddings runs: cancelled on disconnect, timed."""
-        state = request_state(raw.scope)
-        start = state.get("start_time") or time.monotonic()
-        body, result = await cancel_on_disconnect(raw, work(state.get("request_id")))
-        state["log_fields"] = {"inputs": len(result.payloads), "prompt_tokens": sum(result.prompt_tokens)}
         return json_response(body, headers={
             "x-queue-time": f"{result.queue_time * 1000:.2f}",
             "x-inference-time": f"{result.inference_time * 1000:.2f}",
             "x-total-time": f"{(time.monotonic() - start) * 1000:.2f}",
         })
 
+    @app.post("/v1/embeddings", responses=_ERROR_RESPONSES)
+    async def embeddings(request: EmbeddingRequest, raw: Request):
+        fields = {"inputs": count_inputs(request.input)}
+        if server_args.log_request_text:
+            fields["input"] = loggable_input(request.input)
+        return await serve_task(raw, lambda rid: app.state.serving.create_embedding(request, rid), fields)
+
+    # ----- classifiers, cross-encoders and sparse heads (docs/rerank_and_classify.md, docs/sparse.md) -----
     @app.post("/v1/classify", responses={200: {"model": ClassifyResponse}, **_ERROR_RESPONSES})
     async def classify(request: ClassifyRequest, raw: Request):
         return await serve_task(raw, lambda rid: app.state.classify.create_classify(request, rid))

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -49,13 +49,18 @@ class EmbeddingResult:
 
 @dataclass
 class ReqState:
-    n: int
+    """One request's inputs in flight: filled in as results arrive, resolved when none remain."""
+
     future: asyncio.Future
-    payloads: list = field(default_factory=list)
-    prompt_tokens: list = field(default_factory=list)
-    remaining: int = 0
+    payloads: list
+    prompt_tokens: list
+    remaining: int
     queue_time: float = 0.0
     inference_time: float = 0.0
+
+    @classmethod
+    def for_inputs(cls, n: int) -> "ReqState":
+        return cls(asyncio.get_running_loop().create_future(), [None] * n, [0] * n, n)
 
 
 class TokenizerManager:
@@ -135,8 +140,7 @@ class TokenizerManager:
         if prepared is not None:
             attach_images(reqs, prepared)
         n = len(reqs)
-        state = ReqState(n=n, future=asyncio.get_running_loop().create_future(),
-                         payloads=[None] * n, prompt_tokens=[0] * n, remaining=n)
+        state = ReqState.for_inputs(n)
         for i, r in enumerate(reqs):
             self.states[r.rid] = (state, i)
         await send(self.to_scheduler, BatchTokenizedEmbeddingReqInput(reqs))

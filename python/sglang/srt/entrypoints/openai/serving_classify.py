@@ -16,7 +16,7 @@ import numpy as np
 import orjson
 
 from sglang.srt.configs.output_config import OUTPUT_LOGITS
-from sglang.srt.entrypoints.openai.serving_embedding import check_client_batch_size, model_not_found
+from sglang.srt.entrypoints.openai.serving_embedding import check_client_batch_size, check_model_name
 from sglang.srt.entrypoints.openai.task_protocol import ClassifyRequest, TextOrIdsInput
 from sglang.srt.managers.errors import EmbeddingError
 from sglang.srt.managers.io_struct import FORMAT_RAW, EmbeddingReqInput
@@ -67,8 +67,7 @@ class OpenAIServingClassify:
         self.served_model_name = served_model_name
 
     async def create_classify(self, request: ClassifyRequest, rid: Optional[str] = None) -> tuple[bytes, EmbeddingResult]:
-        if request.model is not None and request.model != self.served_model_name:
-            raise model_not_found(request.model)
+        check_model_name(request.model, self.served_model_name)
         info = self.tm.model_info
         require_classifier(info, self.served_model_name, "/v1/classify")
         req = text_or_ids_request(request.input, rid)

@@ -14,8 +14,10 @@ from sglang.srt.managers.tokenizer_manager import EmbeddingResult, TokenizerMana
 from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest, MultimodalEmbeddingInput
 
 
-def model_not_found(name: str) -> EmbeddingError:
-    return EmbeddingError(404, f"The model `{name}` does not exist.", param="model", code="model_not_found")
+def check_model_name(requested: Optional[str], served: str) -> None:
+    """A `model` other than the served one is OpenAI's 404 model_not_found (omitted is fine)."""
+    if requested is not None and requested != served:
+        raise EmbeddingError(404, f"The model `{requested}` does not exist.", param="model", code="model_not_found")
 
 
 def to_req_input(request: EmbeddingRequest, rid: Optional[str] = None) -> EmbeddingReqInput:
@@ -83,8 +85,7 @@ class OpenAIServingEmbedding:
         self.served_model_name = served_model_name
 
     def validate(self, request: EmbeddingRequest) -> None:
-        if request.model is not None and request.model != self.served_model_name:
-            raise model_not_found(request.model)
+        check_model_name(request.model, self.served_model_name)
         validate_dimensions(request.dimensions, self.tm.model_info, self.served_model_name)
 
     async def create_embedding(self, request: EmbeddingRequest, rid: Optional[str] = None) -> tuple[bytes, EmbeddingResult]:

@@ -16,7 +16,7 @@ import numpy as np
 import orjson
 
 from sglang.srt.entrypoints.openai.serving_classify import require_classifier
-from sglang.srt.entrypoints.openai.serving_embedding import check_client_batch_size, model_not_found
+from sglang.srt.entrypoints.openai.serving_embedding import check_client_batch_size, check_model_name
 from sglang.srt.entrypoints.openai.task_protocol import RerankRequest
 from sglang.srt.managers.errors import EmbeddingError
 from sglang.srt.managers.io_struct import FORMAT_RAW, EmbeddingReqInput
@@ -44,8 +44,7 @@ class OpenAIServingRerank:
         self.served_model_name = served_model_name
 
     def validate(self, request: RerankRequest) -> None:
-        if request.model is not None and request.model != self.served_model_name:
-            raise model_not_found(request.model)
+        check_model_name(request.model, self.served_model_name)
         require_classifier(self.tm.model_info, self.served_model_name, "/v1/rerank")
         labels = self.tm.model_info.get("labels") or []
         if len(labels) != 1:
