@@ -117,6 +117,9 @@ class Scheduler:
                                                 queue_length=len(self.waiting))
         elapsed = self.clock() - start
         n = len(reqs)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("batch of %d inputs, %d tokens: forward %.1f ms, %d still queued",
+                         n, sum(r.num_tokens for r in reqs), elapsed * 1000, len(self.waiting))
         out = vectors if isinstance(vectors, ForwardOutput) else ForwardOutput(vectors)
         return BatchEmbeddingOutput(
             rids=[r.rid for r in reqs],

@@ -13,6 +13,7 @@ from sglang.srt.configs.model_config import ModelConfig
 from sglang.srt.layers.attention.base import AttentionBackend
 from sglang.srt.managers.io_struct import ForwardOutput, TokenizedEmbeddingReqInput
 from sglang.srt.layers.attention.layer import AttentionLayer
+from sglang.srt.layers.linear import prepack_cpu_linears
 from sglang.srt.model_executor.output_head import OutputHead
 from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_executor.multimodal_batch import build_multimodal_batch, has_images, vision_info
@@ -103,6 +104,8 @@ class ModelRunner:
         self.attn_backend = create_attention_backend(server_args.attention_backend, self.device, self.model_config)
         self.model = load_model(self.model_config, self.device)
         self.attn_backend.bind_layers([m for m in self.model.modules() if isinstance(m, AttentionLayer)])
+        if self.device.type == "cpu":
+            prepack_cpu_linears(self.model)
         self.output_head = OutputHead.build(self.model_config, self.model, self.device, server_args)
         if self.device.type == "cpu" and self.model_config.dtype == torch.bfloat16 and cpu_bf16_units() is None:
             logger.warning("--dtype bfloat16 on a CPU without bf16 matrix units (AMX / avx512_bf16) is slow")

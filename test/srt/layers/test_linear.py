@@ -1,0 +1,86 @@
+"""Linear layers on CPU: oneDNN's prepacked weights give the same numbers as F.linear."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from sglang.srt.layers.linear import Linear, QKVLinear, prepack_cpu_linears
+
+needs_onednn = pytest.mark.skipif(
+    not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"),
+    reason="this torch build has no oneDNN",
+)
+
+
+def _filled(layer: Linear, seed: int) -> Linear:
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        layer.weight.copy_(torch.randn(layer.weight.shape, generator=gen) * 0.1)
+        if layer.bias is not None:
+            layer.bias.copy_(torch.randn(layer.bias.shape, generator=gen))
+    return layer
+
+
+def _reference(x: torch.Tensor, weight: torch.Tensor, bias, gelu: bool) -> torch.Tensor:
+    out = F.linear(x.float(), weight.float(), None if bias is None else bias.float())
+    return F.gelu(out) if gelu else out
+
+
+@needs_onednn
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("rows", [1, 7, 300])
+@pytest.mark.parametrize("gelu", [False, True])
+@pytest.mark.parametrize("bias", [True, False])
+def test_prepacked_matches_plain_linear(dtype, tol, rows, gelu, bias):
+    layer = _filled(Linear(96, 200, bias=bias), seed=rows).to(dtype)
+    plain_weight = layer.weight.detach().clone()
+    x = torch.randn(rows, 96, generator=torch.Generator().manual_seed(1)).to(dtype)
+    expected = _reference(x, plain_weight, layer.bias, gelu)
+    before = (layer.forward_gelu(x) if gelu else layer(x)).float()
+
+    assert layer.prepack(release_plain=True)
+    after = (layer.forward_gelu(x) if gelu else layer(x)).float()
+
+    scale = expected.abs().max().item()
+    assert (after - expected).abs().max().item() <= tol * scale
+    assert (after - before).abs().max().item() <= tol * scale
+    assert layer.weight.numel() == 0 and layer.weight.dtype == dtype  # the plain copy's memory is given back
+
+
+@needs_onednn
+def test_prepack_keeps_tied_weights_and_skips_other_dtypes():
+    class Tied(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(50, 16)
+            self.head = Linear(16, 50, bias=False)
+            self.head.weight = self.embed.weight  # tied, as in models whose LM head reuses the embedding
+            self.qkv = _filled(QKVLinear(16, 4, 2), seed=3)
+            self.fp16 = Linear(16, 8).to(torch.float16)  # oneDNN's CPU linear takes fp32 / bf16 only
+
+    model = Tied()
+    tied_before = model.embed.weight.detach().clone()
+    x = torch.randn(5, 16)
+    qkv_expected = model.qkv(x)
+
+    assert prepack_cpu_linears(model) == 2  # head and qkv; the float16 layer stays plain
+    assert torch.equal(model.embed.weight, tied_before)  # still usable by the embedding
+    assert model.head.packed_weight is not None and model.head.weight.numel() == 50 * 16
+    assert model.qkv.weight.numel() == 0
+    assert model.fp16.packed_weight is None and model.fp16.weight.numel() == 8 * 16
+    q, k, v = model.qkv.split(model.qkv(x))
+    eq, ek, ev = model.qkv.split(qkv_expected)
+    for got, want in ((q, eq), (k, ek), (v, ev)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert prepack_cpu_linears(model) == 0  # packing twice is harmless
+
+
+def test_prepack_refuses_non_cpu_and_unsupported_dtypes():
+    layer = Linear(8, 4).to(torch.float64)
+    assert not layer.prepack(release_plain=True)
+    assert layer.packed_weight is None and layer.weight.numel() == 32
+    x = torch.randn(3, 8, dtype=torch.float64)
+    torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
