@@ -212,3 +212,46 @@ def test_huge_text_is_tokenized_off_the_event_loop(harness, hf_tokenizer):
         await tm.close()
 
     asyncio.run(scenario())
+
+
+def test_refuses_at_once_when_its_inputs_in_flight_fill_queue_and_batch(harness, hf_tokenizer):
+    port_args, ctx, sched = harness
+
+    async def scenario():
+        # Queue 2, batch 8: the scheduler holds at most 2 waiting + 2 running, so 4 in flight.
+        tm = TokenizerManager(ServerArgs(max_queue_size=2, max_batch_size=8), port_args, INFO, tokenizer=hf_tokenizer)
+        tm.start()
+        assert tm.admission_limit == 4
+        detok = make_socket(ctx, zmq.PUSH, port_args.tokenizer_output(0), bind=False)
+        first = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["one", "two"])))
+        second = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["three"])))
+        await asyncio.sleep(0.2)
+        sent = [_recv(sched), _recv(sched)]
+        assert tm.num_in_flight == 3
+
+        with pytest.raises(EmbeddingError) as err:  # 3 + 2 > 4: refused without reaching the scheduler
+            await tm.embed(EmbeddingReqInput(text=["four", "five"]))
+        assert err.value.status == 429 and err.value.headers["Retry-After"] == "1"
+        assert err.value.message == "Embedding request queue is full; retry later."
+        assert not sched.poll(200), "a refused request reached the scheduler"
+        assert tm.num_in_flight == 3
+
+        third = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["six"])))  # 3 + 1 fits
+        await asyncio.sleep(0.2)
+        sent.append(_recv(sched))
+        rids = [r.rid for msg in sent for r in msg.reqs]
+        detok.send_multipart(encode(BatchEmbeddingResult(
+            rids=rids, payloads=[b"[1.0]"] * 4, prompt_tokens=[3] * 4, error_codes=[0] * 4,
+            error_messages=[None] * 4, queue_times=[0.0] * 4, inference_time=0.01)))
+        for task in (first, second, third):
+            await asyncio.wait_for(task, 5)
+        assert tm.num_in_flight == 0
+        later = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["four", "five"])))  # room again
+        await asyncio.sleep(0.2)
+        assert len(_recv(sched).reqs) == 2
+        later.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await later
+        await tm.close()
+
+    asyncio.run(scenario())

@@ -17,7 +17,7 @@ import numpy as np
 import zmq
 import zmq.asyncio
 
-from sglang.srt.managers.errors import EmbeddingError
+from sglang.srt.managers.errors import QUEUE_FULL_MESSAGE, EmbeddingError
 from sglang.srt.managers.io_struct import (
     AbortReq,
     BatchEmbeddingResult,
@@ -79,6 +79,7 @@ class TokenizerManager:
         self.to_scheduler = make_socket(self.ctx, zmq.PUSH, port_args.scheduler_input, bind=False)
         self.from_detokenizer = make_socket(self.ctx, zmq.PULL, port_args.tokenizer_output(worker_id), bind=True)
         self.states: dict[str, tuple[ReqState, int]] = {}
+        self.admission_limit = admission_limit(server_args)
         self.dead_reason: Optional[str] = None
         self._result_task: Optional[asyncio.Task] = None
 
@@ -115,6 +116,11 @@ class TokenizerManager:
     async def embed(self, req: EmbeddingReqInput) -> EmbeddingResult:
         if self.dead_reason is not None:
             raise EmbeddingError(503, f"The embedding engine is unavailable: {self.dead_reason}")
+        if len(self.states) + req.batch_size > self.admission_limit:
+            # The scheduler's queue is full (see admission_limit): answering here spares the
+            # tokenizer and two process hops per refusal, which under overload is what slows the
+            # requests that were accepted.
+            raise EmbeddingError(429, QUEUE_FULL_MESSAGE, headers={"Retry-After": "1"})
         t0 = time.monotonic()
         prepared = None
         if req.items is not None:  # {"text", "image"} items: images are loaded off the event loop
@@ -198,6 +204,17 @@ class TokenizerManager:
             state.remaining -= 1
             if state.remaining == 0:
                 state.future.set_result(None)
+
+
+def admission_limit(server_args: ServerArgs) -> int:
+    """Most inputs one tokenizer manager keeps in flight before it answers 429 by itself.
+
+    The scheduler holds at most --max-queue-size waiting inputs and runs a batch taken from them,
+    so inputs in flight beyond queue + min(batch, queue) cannot all have room. The count is this
+    process's own, so with several tokenizer workers the scheduler's check stays the global one;
+    results on their way back still count, so near the limit a refusal may come a batch early.
+    """
+    return server_args.max_queue_size + min(server_args.max_batch_size, server_args.max_queue_size)
 
 
 INLINE_TOKENIZE_CHARS = 32_768  # beyond this many characters a request is tokenized off the event loop
