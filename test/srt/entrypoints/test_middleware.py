@@ -12,6 +12,7 @@ from sglang.srt.entrypoints.middleware import (
     ApiKeyAuth,
     BodyLimits,
     DrainGuard,
+    QueueFullGuard,
     RequestContext,
     ServerLifecycle,
     request_state,
@@ -132,6 +133,24 @@ def test_drain_guard_answers_503_once_draining():
     status, headers, body, _ = call(app)
     assert status == 503 and "shutting down" in _error(body)["message"] and headers["connection"] == "close"
     assert call(app, method="GET", path="/health")[0] == 503
+
+
+def test_queue_full_guard_refuses_inference_routes_only_while_there_is_no_room():
+    room = [True]
+    echo = Echo()
+    app = BodyLimits(QueueFullGuard(echo, lambda: room[0]), 1000)  # stacked as install_middleware does
+    assert call(app)[0] == 200 and echo.calls == 1
+    room[0] = False
+    for path in ("/v1/embeddings", "/v1/classify", "/v1/rerank", "/embed_sparse"):
+        status, headers, body, unread = call(app, path=path, chunks=(b'{"input":', b' "x"}'))
+        assert status == 429 and headers["retry-after"] == "1" and unread == 0  # body read: keep-alive stays usable
+        err = _error(body)
+        assert err["type"] == "rate_limit_error" and err["message"] == "Embedding request queue is full; retry later."
+    assert echo.calls == 1  # none of them reached the app
+    for method, path in (("GET", "/health"), ("GET", "/metrics"), ("GET", "/v1/models")):
+        assert call(app, method=method, path=path, chunks=(b"",))[0] == 200
+    room[0] = True
+    assert call(app)[0] == 200
 
 
 def test_request_context_ids_metrics_and_log_line(caplog):

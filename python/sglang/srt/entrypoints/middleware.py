@@ -8,6 +8,7 @@ a task and a memory stream each. Outer to inner, as `install_middleware` stacks 
     DrainGuard      503 once SIGTERM/SIGINT started a graceful shutdown
     ApiKeyAuth      --api-key: `Authorization: Bearer KEY` on every route but /health, else 401
     BodyLimits      --max-payload-bytes -> 413; POST bodies must be JSON (415) and are read once here
+    QueueFullGuard  429 for inference routes while the queue has no room, before parsing or tokenizing
 
 Their own answers use the OpenAI error shape, like every other error of the server.
 """
@@ -25,7 +26,7 @@ from typing import Any, Awaitable, Callable, Optional
 
 import orjson
 
-from sglang.srt.managers.errors import EmbeddingError
+from sglang.srt.managers.errors import EmbeddingError, queue_full_error
 from sglang.srt.metrics.server_metrics import ServerMetrics
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.logging_utils import REQUEST_LOGGER
@@ -36,6 +37,7 @@ Send = Callable[[dict], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 EMBEDDINGS_ROUTE = "/v1/embeddings"
+INFERENCE_ROUTES = frozenset({EMBEDDINGS_ROUTE, "/v1/classify", "/v1/rerank", "/embed_sparse"})
 UNMATCHED_ROUTE = "unmatched"  # metric label for paths no route serves (keeps label values bounded)
 _REQUEST_ID_RE = re.compile(r"^[\x21-\x7e]{1,128}$")  # printable ASCII, no spaces, at most 128
 _DIGITS_RE = re.compile(r"^[0-9]{1,20}$")
@@ -244,6 +246,21 @@ class BodyLimits:
         await self.app(scope, _replay(bytes(body), receive), send)
 
 
+class QueueFullGuard:
+    """429 for an inference request while this process's inputs in flight leave no room for even
+    one more (TokenizerManager.has_room). Under overload most requests end here, before JSON
+    parsing, validation and tokenization, so refusing them costs the accepted ones little."""
+
+    def __init__(self, app: ASGIApp, has_room: Callable[[], bool]) -> None:
+        self.app = app
+        self.has_room = has_room
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] in INFERENCE_ROUTES and not self.has_room():
+            return await send_error(send, queue_full_error())
+        await self.app(scope, receive, send)
+
+
 def _replay(body: bytes, receive: Receive) -> Receive:
     """A receive() that yields the already-read body once, then defers (disconnect detection)."""
     sent = False
@@ -272,6 +289,12 @@ async def _discard(receive: Receive, budget: int) -> None:
 
 def install_middleware(app, server_args: ServerArgs, metrics: ServerMetrics, lifecycle: ServerLifecycle) -> None:
     """Stack the middlewares on a FastAPI app (added innermost first)."""
+
+    def has_room() -> bool:  # the tokenizer manager exists once the app's lifespan started
+        tm = getattr(app.state, "tokenizer_manager", None)
+        return tm is None or tm.has_room()
+
+    app.add_middleware(QueueFullGuard, has_room=has_room)
     app.add_middleware(BodyLimits, max_bytes=server_args.max_payload_bytes)
     if server_args.api_key:
         app.add_middleware(ApiKeyAuth, api_key=server_args.api_key)

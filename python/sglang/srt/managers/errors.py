@@ -29,4 +29,9 @@ class EmbeddingError(Exception):
 
 
 QUEUE_FULL_MESSAGE = "Embedding request queue is full; retry later."
+
+
+def queue_full_error() -> EmbeddingError:
+    """The 429 of a full queue, wherever it is decided (HTTP middleware, tokenizer manager)."""
+    return EmbeddingError(429, QUEUE_FULL_MESSAGE, headers={"Retry-After": "1"})
 REQUEST_TIMEOUT_MESSAGE = "The request waited longer than the server's --request-timeout and was dropped."

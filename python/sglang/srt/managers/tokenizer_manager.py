@@ -17,7 +17,7 @@ import numpy as np
 import zmq
 import zmq.asyncio
 
-from sglang.srt.managers.errors import QUEUE_FULL_MESSAGE, EmbeddingError
+from sglang.srt.managers.errors import EmbeddingError, queue_full_error
 from sglang.srt.managers.io_struct import (
     AbortReq,
     BatchEmbeddingResult,
@@ -112,15 +112,18 @@ class TokenizerManager:
     def num_in_flight(self) -> int:
         return len(self.states)
 
+    def has_room(self, n_inputs: int = 1) -> bool:
+        """False when the scheduler's queue cannot take `n_inputs` more (see admission_limit)."""
+        return len(self.states) + n_inputs <= self.admission_limit
+
     # ----- requests -----
     async def embed(self, req: EmbeddingReqInput) -> EmbeddingResult:
         if self.dead_reason is not None:
             raise EmbeddingError(503, f"The embedding engine is unavailable: {self.dead_reason}")
-        if len(self.states) + req.batch_size > self.admission_limit:
-            # The scheduler's queue is full (see admission_limit): answering here spares the
-            # tokenizer and two process hops per refusal, which under overload is what slows the
-            # requests that were accepted.
-            raise EmbeddingError(429, QUEUE_FULL_MESSAGE, headers={"Retry-After": "1"})
+        if not self.has_room(req.batch_size):
+            # Answering here spares the tokenizer and two process hops per refusal, which under
+            # overload is what slows the requests that were accepted.
+            raise queue_full_error()
         t0 = time.monotonic()
         prepared = None
         if req.items is not None:  # {"text", "image"} items: images are loaded off the event loop
