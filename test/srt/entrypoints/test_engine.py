@@ -42,9 +42,14 @@ def test_engine_matches_sentence_transformers_with_auto_truncate():
     np.testing.assert_allclose(ids_out["embedding"], text_out["embedding"], atol=1e-6)
 
 
-def test_engine_shutdown_is_idempotent():
-    engine = sglang.Engine(max_batch_size=4)
+def test_engine_splits_calls_larger_than_its_queue_and_shuts_down_idempotently():
+    engine = sglang.Engine(max_batch_size=4, max_queue_size=3)
     assert engine.get_model_info()["embedding_dim"] == 384
+    texts = [f"sentence number {i} about {'rivers' if i % 2 else 'mountains'}" for i in range(8)]
+    together = engine.encode(texts)  # 8 inputs, a queue of 3: sent as 3 + 3 + 2
+    assert len(together) == 8
+    for text, got in zip(texts, together):
+        np.testing.assert_allclose(got["embedding"], engine.encode(text)["embedding"], atol=1e-5)
     engine.shutdown()
     engine.shutdown()
     assert not mp.active_children()

@@ -11,6 +11,7 @@ from sglang.srt.managers.io_struct import (
     BatchEmbeddingOutput,
     BatchEmbeddingResult,
     BatchTokenizedEmbeddingReqInput,
+    EmbeddingReqInput,
     TokenizedEmbeddingReqInput,
 )
 from sglang.srt.utils.msgcodec import decode, encode
@@ -108,3 +109,15 @@ def test_vectors_travel_as_raw_frames_not_json():
 def test_unknown_type_is_rejected():
     with pytest.raises(ValueError):
         decode([orjson.dumps({"__t__": "os.system", "x": 1})])
+
+
+def test_request_split_keeps_order_and_every_other_field():
+    req = EmbeddingReqInput(text=[f"t{i}" for i in range(7)], dimensions=64, encoding_format="base64", rid="r")
+    parts = req.split(3)
+    assert [p.text for p in parts] == [["t0", "t1", "t2"], ["t3", "t4", "t5"], ["t6"]]
+    assert all((p.dimensions, p.encoding_format, p.rid, p.input_ids) == (64, "base64", "r", None) for p in parts)
+    pairs = EmbeddingReqInput(text_pairs=[("q", f"d{i}") for i in range(4)])
+    assert [len(p.text_pairs) for p in pairs.split(2)] == [2, 2]
+    ids = EmbeddingReqInput(input_ids=[[1], [2], [3]])
+    assert [p.input_ids for p in ids.split(2)] == [[[1], [2]], [[3]]]
+    assert req.split(7) == [req]

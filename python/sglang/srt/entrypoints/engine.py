@@ -74,10 +74,15 @@ class Engine:
         req.dimensions = dimensions
         sparse = self.model_info.get("embeddings_output") == OUTPUT_SPARSE
         req.encoding_format = FORMAT_SPARSE_DICT if sparse else FORMAT_RAW
-        result = self._call(self._tm.embed(req))
+        payloads, prompt_tokens = [], []
+        # A call larger than --max-queue-size could never be queued whole: it goes in parts.
+        for part in req.split(self.server_args.max_queue_size):
+            result = self._call(self._tm.embed(part))
+            payloads += result.payloads
+            prompt_tokens += result.prompt_tokens
         out = [
             {"embedding": _sparse_payload(p) if sparse else payload_to_array(p).tolist(), "meta_info": {"prompt_tokens": n}}
-            for p, n in zip(result.payloads, result.prompt_tokens)
+            for p, n in zip(payloads, prompt_tokens)
         ]
         return out[0] if single else out
 

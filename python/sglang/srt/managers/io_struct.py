@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
@@ -56,6 +58,16 @@ class EmbeddingReqInput:
         if self.text_pairs is not None:
             return len(self.text_pairs)
         return len(self.text) if self.text is not None else len(self.input_ids or [])
+
+    def split(self, size: int) -> list["EmbeddingReqInput"]:
+        """Consecutive parts of at most `size` inputs each (the offline Engine queues big calls in parts)."""
+        if self.batch_size <= size:
+            return [self]
+        fields = ("text", "input_ids", "items", "text_pairs")
+        return [
+            dataclasses.replace(self, **{f: getattr(self, f)[i:i + size] for f in fields if getattr(self, f) is not None})
+            for i in range(0, self.batch_size, size)
+        ]
 
 
 @message
