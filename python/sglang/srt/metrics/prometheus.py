@@ -72,7 +72,25 @@ class _Metric:
         return self.header() + self.samples()
 
 
-class Counter(_Metric):
+class _ValueMetric(_Metric):
+    """One number per label set: what counters and gauges share."""
+
+    def __init__(self, name: str, help_text: str, labelnames: Sequence[str] = ()) -> None:
+        super().__init__(name, help_text, labelnames)
+        self.values: dict[LabelValues, float] = {} if labelnames else {(): 0.0}
+
+    def _add(self, amount: float, labels: dict[str, str]) -> None:
+        key = self._key(labels)
+        self.values[key] = self.values.get(key, 0.0) + amount
+
+    def get(self, **labels: str) -> float:
+        return self.values.get(self._key(labels), 0.0)
+
+    def samples(self) -> list[str]:
+        return [f"{self.name}{_labels(self.labelnames, k)} {format_value(v)}" for k, v in sorted(self.values.items())]
+
+
+class Counter(_ValueMetric):
     """A monotonically increasing total; the name must end in `_total`."""
 
     kind = "counter"
@@ -81,45 +99,26 @@ class Counter(_Metric):
         if not name.endswith("_total"):
             raise ValueError("counter names end in _total")
         super().__init__(name, help_text, labelnames)
-        self.values: dict[LabelValues, float] = {} if labelnames else {(): 0.0}
 
     def inc(self, amount: float = 1.0, **labels: str) -> None:
         if amount < 0:
             raise ValueError("counters only go up")
-        key = self._key(labels)
-        self.values[key] = self.values.get(key, 0.0) + amount
-
-    def get(self, **labels: str) -> float:
-        return self.values.get(self._key(labels), 0.0)
-
-    def samples(self) -> list[str]:
-        return [f"{self.name}{_labels(self.labelnames, k)} {format_value(v)}" for k, v in sorted(self.values.items())]
+        self._add(amount, labels)
 
 
-class Gauge(_Metric):
+class Gauge(_ValueMetric):
     """A value that goes up and down (set, inc, dec)."""
 
     kind = "gauge"
-
-    def __init__(self, name: str, help_text: str, labelnames: Sequence[str] = ()) -> None:
-        super().__init__(name, help_text, labelnames)
-        self.values: dict[LabelValues, float] = {} if labelnames else {(): 0.0}
 
     def set(self, value: float, **labels: str) -> None:
         self.values[self._key(labels)] = float(value)
 
     def inc(self, amount: float = 1.0, **labels: str) -> None:
-        key = self._key(labels)
-        self.values[key] = self.values.get(key, 0.0) + amount
+        self._add(amount, labels)
 
     def dec(self, amount: float = 1.0, **labels: str) -> None:
-        self.inc(-amount, **labels)
-
-    def get(self, **labels: str) -> float:
-        return self.values.get(self._key(labels), 0.0)
-
-    def samples(self) -> list[str]:
-        return [f"{self.name}{_labels(self.labelnames, k)} {format_value(v)}" for k, v in sorted(self.values.items())]
+        self._add(-amount, labels)
 
 
 class Histogram(_Metric):
