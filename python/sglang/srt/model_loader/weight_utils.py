@@ -126,12 +126,18 @@ def fill_parameters(module: nn.Module, state: dict[str, torch.Tensor], what: str
             param.copy_(tensor.to(param.dtype))
 
 
-def decoder_checkpoint_name(name: str, skip_prefixes: tuple[str, ...]) -> Optional[str]:
-    """Map a decoder checkpoint tensor name onto the bare model's naming (None: not ours).
+def load_decoder_weights(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+    """`load_weights_into` for decoder checkpoints, whose fused-parameter mapping and skipped
+    heads are the model's `stacked_params_mapping` and `skip_checkpoint_prefixes`.
 
     *ForCausalLM checkpoints nest the decoder under `model.`; bare *Model checkpoints do not;
-    heads such as `lm_head.` are listed in `skip_prefixes` and never loaded.
+    heads such as `lm_head.` are listed in `skip_checkpoint_prefixes` and never loaded.
     """
-    if name.startswith(skip_prefixes):
-        return None
-    return name[len("model."):] if name.startswith("model.") else name
+    skip = tuple(model.skip_checkpoint_prefixes)
+
+    def rename(name: str) -> Optional[str]:
+        if name.startswith(skip):
+            return None
+        return name[len("model."):] if name.startswith("model.") else name
+
+    return load_weights_into(model, weights, model.stacked_params_mapping, rename)

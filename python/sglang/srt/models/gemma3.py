@@ -33,7 +33,7 @@ from sglang.srt.layers.layernorm import RMSNorm
 from sglang.srt.layers.linear import Linear, MergedLinear, QKVLinear, default_weight_loader
 from sglang.srt.layers.rotary_embedding import RotaryEmbedding
 from sglang.srt.model_executor.forward_batch import ForwardBatch
-from sglang.srt.model_loader.weight_utils import decoder_checkpoint_name, load_weights_into
+from sglang.srt.model_loader.weight_utils import load_decoder_weights
 
 SLIDING, FULL = "sliding_attention", "full_attention"
 
@@ -181,8 +181,5 @@ class Gemma3Model(nn.Module):
     def forward(self, fb: ForwardBatch) -> torch.Tensor:
         return self.run_layers(self.embed(fb), fb)
 
-    def _rename(self, name: str) -> Optional[str]:
-        return decoder_checkpoint_name(name, self.skip_checkpoint_prefixes)
-
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
-        return load_weights_into(self, weights, self.stacked_params_mapping, self._rename)
+        return load_decoder_weights(self, weights)
