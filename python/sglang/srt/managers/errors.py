@@ -29,9 +29,14 @@ class EmbeddingError(Exception):
 
 
 QUEUE_FULL_MESSAGE = "Embedding request queue is full; retry later."
+REQUEST_TIMEOUT_MESSAGE = "The request waited longer than the server's --request-timeout and was dropped."
+
+
+def engine_error(status: int, message: str) -> EmbeddingError:
+    """An error the engine answered with a status; a 429 tells the client when to retry."""
+    return EmbeddingError(status, message, headers={"Retry-After": "1"} if status == 429 else None)
 
 
 def queue_full_error() -> EmbeddingError:
     """The 429 of a full queue, wherever it is decided (HTTP middleware, tokenizer manager)."""
-    return EmbeddingError(429, QUEUE_FULL_MESSAGE, headers={"Retry-After": "1"})
-REQUEST_TIMEOUT_MESSAGE = "The request waited longer than the server's --request-timeout and was dropped."
+    return engine_error(429, QUEUE_FULL_MESSAGE)

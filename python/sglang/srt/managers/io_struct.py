@@ -9,10 +9,8 @@
 
 from __future__ import annotations
 
-import dataclasses
-
-from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from dataclasses import dataclass, field, replace
+from typing import Optional, Union
 
 import numpy as np
 
@@ -65,7 +63,7 @@ class EmbeddingReqInput:
             return [self]
         fields = ("text", "input_ids", "items", "text_pairs")
         return [
-            dataclasses.replace(self, **{f: getattr(self, f)[i:i + size] for f in fields if getattr(self, f) is not None})
+            replace(self, **{f: getattr(self, f)[i:i + size] for f in fields if getattr(self, f) is not None})
             for i in range(0, self.batch_size, size)
         ]
 

@@ -117,9 +117,9 @@ class Scheduler:
                                                 queue_length=len(self.waiting))
         elapsed = self.clock() - start
         n = len(reqs)
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug("batch of %d inputs, %d tokens: forward %.1f ms, %d still queued",
-                         n, sum(r.num_tokens for r in reqs), elapsed * 1000, len(self.waiting))
+        tokens = sum(r.num_tokens for r in reqs)
+        logger.debug("batch of %d inputs, %d tokens: forward %.1f ms, %d still queued",
+                     n, tokens, elapsed * 1000, len(self.waiting))
         out = vectors if isinstance(vectors, ForwardOutput) else ForwardOutput(vectors)
         return BatchEmbeddingOutput(
             rids=[r.rid for r in reqs],
@@ -133,7 +133,7 @@ class Scheduler:
             queue_times=[max(0.0, start - r.arrival_time) for r in reqs],
             inference_time=elapsed,
             batch_size=n,
-            batch_tokens=sum(r.num_tokens for r in reqs),
+            batch_tokens=tokens,
             queue_length=len(self.waiting),
             sparse_indices=out.sparse_indices,
             sparse_values=out.sparse_values,

@@ -17,7 +17,7 @@ import numpy as np
 import zmq
 import zmq.asyncio
 
-from sglang.srt.managers.errors import EmbeddingError, queue_full_error
+from sglang.srt.managers.errors import EmbeddingError, engine_error, queue_full_error
 from sglang.srt.managers.io_struct import (
     AbortReq,
     BatchEmbeddingResult,
@@ -197,8 +197,7 @@ class TokenizerManager:
                 continue
             code = res.error_codes[i]
             if code != 0:
-                headers = {"Retry-After": "1"} if code == 429 else None
-                state.future.set_exception(EmbeddingError(code, res.error_messages[i] or "error", headers=headers))
+                state.future.set_exception(engine_error(code, res.error_messages[i] or "error"))
                 continue
             state.payloads[idx] = res.payloads[i]
             state.prompt_tokens[idx] = res.prompt_tokens[i]
