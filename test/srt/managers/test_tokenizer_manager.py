@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import numpy as np
 import pytest
 import zmq
 
@@ -44,6 +43,14 @@ def _recv(sock, timeout_ms=5000):
     return decode(sock.recv_multipart())
 
 
+def _send_results(detok, rids, payloads, prompt_tokens, queue_times=None, inference_time=0.01, **batch):
+    """Play the detokenizer: successful results for `rids`."""
+    n = len(rids)
+    detok.send_multipart(encode(BatchEmbeddingResult(
+        rids=rids, payloads=payloads, prompt_tokens=prompt_tokens, error_codes=[0] * n, error_messages=[None] * n,
+        queue_times=queue_times or [0.0] * n, inference_time=inference_time, **batch)))
+
+
 def test_results_resolve_in_order_and_cancel_sends_abort(harness, hf_tokenizer):
     port_args, ctx, sched = harness
 
@@ -57,9 +64,7 @@ def test_results_resolve_in_order_and_cancel_sends_abort(harness, hf_tokenizer):
         assert isinstance(msg, BatchTokenizedEmbeddingReqInput) and len(msg.reqs) == 2
         rids = [r.rid for r in msg.reqs]
         # Answer out of order: the result still comes back in input order.
-        detok.send_multipart(encode(BatchEmbeddingResult(
-            rids=rids[::-1], payloads=[b"[2.0]", b"[1.0]"], prompt_tokens=[3, 3], error_codes=[0, 0],
-            error_messages=[None, None], queue_times=[0.001, 0.002], inference_time=0.01)))
+        _send_results(detok, rids[::-1], [b"[2.0]", b"[1.0]"], [3, 3], queue_times=[0.001, 0.002])
         result = await asyncio.wait_for(task, 5)
         assert result.payloads == [b"[1.0]", b"[2.0]"] and tm.num_in_flight == 0
 
@@ -168,10 +173,8 @@ def test_same_client_request_id_twice_keeps_answers_apart_and_metrics_count(harn
         await asyncio.sleep(0.2)
         rids = [_recv(sched).reqs[0].rid for _ in range(2)]
         assert len(set(rids)) == 2  # internal ids never come from the client
-        detok.send_multipart(encode(BatchEmbeddingResult(
-            rids=rids, payloads=[b"[1.0]", b"[2.0]"], prompt_tokens=[3, 4], error_codes=[0, 0],
-            error_messages=[None, None], queue_times=[0.01, 0.02], inference_time=0.03,
-            batch_size=2, batch_tokens=7, queue_length=4)))
+        _send_results(detok, rids, [b"[1.0]", b"[2.0]"], [3, 4], queue_times=[0.01, 0.02], inference_time=0.03,
+                      batch_size=2, batch_tokens=7, queue_length=4)
         a, b = await asyncio.wait_for(asyncio.gather(first, second), 5)
         assert a.payloads == [b"[1.0]"] and b.payloads == [b"[2.0]"]
         m = tm.metrics
@@ -240,9 +243,7 @@ def test_refuses_at_once_when_its_inputs_in_flight_fill_queue_and_batch(harness,
         await asyncio.sleep(0.2)
         sent.append(_recv(sched))
         rids = [r.rid for msg in sent for r in msg.reqs]
-        detok.send_multipart(encode(BatchEmbeddingResult(
-            rids=rids, payloads=[b"[1.0]"] * 4, prompt_tokens=[3] * 4, error_codes=[0] * 4,
-            error_messages=[None] * 4, queue_times=[0.0] * 4, inference_time=0.01)))
+        _send_results(detok, rids, [b"[1.0]"] * 4, [3] * 4)
         for task in (first, second, third):
             await asyncio.wait_for(task, 5)
         assert tm.num_in_flight == 0
