@@ -13,8 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import time
 
 import numpy as np
 import torch
@@ -24,6 +22,7 @@ from sglang.srt.layers.attention.layer import AttentionLayer
 from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.server_args import default_model_path
+from bench_timing import median_seconds  # benchmark/, on sys.path when run as a script
 
 HEADS, HEAD_DIM = 12, 32  # all-MiniLM-L6-v2
 
@@ -39,7 +38,7 @@ def corpus_lengths() -> list[int]:
 
 
 def grid_attention(q, k, v, fb: ForwardBatch) -> torch.Tensor:
-    b, lmax, t = fb.batch_size, fb.max_seqlen, q.shape[0]
+    b, lmax = fb.batch_size, fb.max_seqlen
     idx = fb.seq_ids * lmax + fb.positions
     valid = torch.arange(lmax)[None, :] < fb.seq_lens[:, None]
 
@@ -62,16 +61,6 @@ def per_seq_attention(q, k, v, fb: ForwardBatch) -> torch.Tensor:
     return out
 
 
-def time_it(fn, repeats: int) -> float:
-    fn()
-    samples = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t)
-    return statistics.median(samples)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=2)
@@ -92,9 +81,9 @@ def main() -> None:
         ours = backend.forward(q, k, v, layer, fb)
         assert torch.allclose(ours, ref, atol=1e-5), "backend disagrees with per-sequence attention"
         with torch.inference_mode():
-            g = time_it(lambda: grid_attention(q, k, v, fb), args.repeats)
-            p = time_it(lambda: per_seq_attention(q, k, v, fb), args.repeats)
-            o = time_it(lambda: backend.forward(q, k, v, layer, fb), args.repeats)
+            g = median_seconds(lambda: grid_attention(q, k, v, fb), args.repeats)
+            p = median_seconds(lambda: per_seq_attention(q, k, v, fb), args.repeats)
+            o = median_seconds(lambda: backend.forward(q, k, v, layer, fb), args.repeats)
         print(f"{bs:>6} {t:>7} {g * 1e3:>8.2f} {p * 1e3:>10.2f} {o * 1e3:>10.2f}")
 
 

@@ -10,22 +10,11 @@ same inputs, right-padded. The ratio in the same run is what to compare across m
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import time
 
 import numpy as np
 import torch
-
-
-def _time(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from bench_timing import median_seconds  # benchmark/, on sys.path when run as a script
 
 
 def main() -> None:
@@ -67,7 +56,7 @@ def main() -> None:
     def theirs() -> None:
         ref(input_ids=padded, attention_mask=mask)
 
-    t_ours, t_ref = _time(ours, args.repeats), _time(theirs, args.repeats)
+    t_ours, t_ref = median_seconds(ours, args.repeats), median_seconds(theirs, args.repeats)
     tokens = int(lens.sum())
     print(f"threads={torch.get_num_threads()} layers={args.layers} batch={args.batch} tokens={tokens} "
           f"(padded {padded.numel()})")
