@@ -124,7 +124,7 @@ class ServerArgs:
         choices = {
             "dtype": ("auto", "float32", "bfloat16", "float16", "half", "float"),
             "device": ("auto", "cpu", "cuda"),
-            "attention_backend": ("auto", "torch_native", "flashinfer"),
+            "attention_backend": ("auto", "torch_native", "cpu_varlen", "flashinfer"),
             "log_level": ("debug", "info", "warning", "error", "critical"),
             "log_format": ("text", "json"),
         }
@@ -235,8 +235,9 @@ class ServerArgs:
         g.add_argument("--cpu-threads", type=int, default=None,
                        help="torch intra-op threads in the scheduler (default: the machine's cores).")
         g.add_argument("--attention-backend", default=d["attention_backend"].default,
-                       choices=["auto", "torch_native", "flashinfer"],
-                       help="auto: flashinfer on CUDA when installed, else torch_native.")
+                       choices=["auto", "torch_native", "cpu_varlen", "flashinfer"],
+                       help="auto: flashinfer on CUDA when installed; on CPU cpu_varlen (a C kernel built "
+                            "once with the system compiler) when it builds; else torch_native (SDPA).")
         g.add_argument("--disable-cuda-graph", action="store_true", help="Run the GPU forward eagerly.")
         g.add_argument("--cuda-graph-max-tokens", type=int, default=d["cuda_graph_max_tokens"].default,
                        help="Largest token bucket captured as a CUDA graph; bigger batches run eagerly.")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import types
 
-import numpy as np
 import pytest
 import torch
 
@@ -22,78 +21,19 @@ from sglang.srt.layers.attention.flashinfer_utils import (
     plan_spec,
     window_mask,
 )
-from sglang.srt.layers.attention.layer import AttentionLayer
 from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
-from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_executor.model_runner import create_attention_backend
 from sglang.srt.server_args import ConfigError
 from test.helpers import fake_flashinfer
-
-# (num_heads, num_kv_heads, head_dim, causal, sliding_window)
-CASES = {
-    "bidirectional": (4, 4, 16, False, None),
-    "causal": (4, 4, 16, True, None),
-    "gqa_bidirectional": (8, 2, 16, False, None),
-    "gqa_causal": (6, 2, 16, True, None),
-    "window_bidirectional": (4, 4, 16, False, 3),
-    "window_causal": (4, 2, 16, True, 3),
-    "head_dim_64": (2, 1, 64, False, None),
-}
-LENGTHS = {"mixed": [5, 1, 9, 3, 12], "single": [11], "ones": [1, 1, 1]}
-
-
-def reference_attention(q, k, v, seq_lens, heads, kv_heads, head_dim, causal, window, scale) -> torch.Tensor:
-    """One sequence at a time, in float64, with an explicit allowed[i, j] matrix."""
-    out, start = [], 0
-    for n in seq_lens:
-        qs = q[start:start + n].double().view(n, heads, head_dim).transpose(0, 1)
-        ks = k[start:start + n].double().view(n, kv_heads, head_dim).transpose(0, 1)
-        vs = v[start:start + n].double().view(n, kv_heads, head_dim).transpose(0, 1)
-        ks = ks.repeat_interleave(heads // kv_heads, 0)
-        vs = vs.repeat_interleave(heads // kv_heads, 0)
-        allowed = torch.ones(n, n, dtype=torch.bool)
-        for i in range(n):
-            for j in range(n):
-                if causal and j > i:
-                    allowed[i, j] = False
-                if window is not None and abs(i - j) >= window:
-                    allowed[i, j] = False
-        scores = (qs @ ks.transpose(1, 2)) * scale
-        probs = scores.masked_fill(~allowed, float("-inf")).softmax(-1)
-        out.append((probs @ vs).transpose(0, 1).reshape(n, heads * head_dim))
-        start += n
-    return torch.cat(out)
-
-
-def _inputs(seq_lens, heads, kv_heads, head_dim, seed=0, dtype=torch.float32, device="cpu"):
-    gen = torch.Generator().manual_seed(seed)
-    t = sum(seq_lens)
-    q = torch.randn(t, heads * head_dim, generator=gen)
-    k = torch.randn(t, kv_heads * head_dim, generator=gen)
-    v = torch.randn(t, kv_heads * head_dim, generator=gen)
-    return q.to(device, dtype), k.to(device, dtype), v.to(device, dtype)
-
-
-def _batch(seq_lens, backend, device="cpu") -> ForwardBatch:
-    lists = [np.arange(n, dtype=np.int64) for n in seq_lens]
-    return ForwardBatch.from_token_lists(lists, device, attn_backend=backend)
-
-
-def _layer(heads, kv_heads, head_dim, causal, window, scaling=None) -> AttentionLayer:
-    return AttentionLayer(heads, head_dim, kv_heads, scaling=scaling, causal=causal, sliding_window=window)
-
-
-def _check(backend, case, lengths, scaling=None, atol=1e-5, seed=0):
-    heads, kv_heads, head_dim, causal, window = CASES[case]
-    seq_lens = LENGTHS[lengths] if isinstance(lengths, str) else lengths
-    layer = _layer(heads, kv_heads, head_dim, causal, window, scaling)
-    fb = _batch(seq_lens, backend)
-    q, k, v = _inputs(seq_lens, heads, kv_heads, head_dim, seed)
-    ours = layer(q, k, v, fb)
-    ref = reference_attention(q, k, v, seq_lens, heads, kv_heads, head_dim, causal, window, layer.scaling)
-    assert ours.shape == (sum(seq_lens), heads * head_dim)
-    assert torch.allclose(ours.double(), ref, atol=atol), (ours.double() - ref).abs().max()
-
+from test.helpers.attention_cases import (
+    CASES,
+    LENGTHS,
+    check_backend,
+    make_batch,
+    make_inputs,
+    make_layer,
+    reference_attention,
+)
 
 # ----- backend selection -----
 def _config(dtype=torch.bfloat16):
@@ -106,8 +46,33 @@ def _one_line(err: pytest.ExceptionInfo) -> str:
     return msg
 
 
-def test_auto_on_cpu_is_torch_native():
-    assert create_attention_backend("auto", torch.device("cpu"), _config(torch.float32)).name == "torch_native"
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_auto_on_cpu_is_the_compiled_kernel(dtype):
+    assert create_attention_backend("auto", torch.device("cpu"), _config(dtype)).name == "cpu_varlen"
+
+
+def test_auto_on_cpu_in_float16_is_torch_native():
+    assert create_attention_backend("auto", torch.device("cpu"), _config(torch.float16)).name == "torch_native"
+
+
+def test_auto_on_cpu_without_a_compiler_is_torch_native(monkeypatch, tmp_path):
+    monkeypatch.setenv("SGLANG_KERNEL_CACHE", str(tmp_path))  # nothing cached there
+    monkeypatch.setattr("sglang.srt.layers.attention.cpu_kernel_loader.find_compiler", lambda: None)
+    assert create_attention_backend("auto", torch.device("cpu"), _config()).name == "torch_native"
+
+
+def test_cpu_varlen_errors_are_one_line(monkeypatch, tmp_path):
+    with pytest.raises(ConfigError) as err:
+        create_attention_backend("cpu_varlen", torch.device("cuda"), _config())
+    assert "CPU" in _one_line(err)
+    with pytest.raises(ConfigError) as err:
+        create_attention_backend("cpu_varlen", torch.device("cpu"), _config(torch.float16))
+    assert "float16" in _one_line(err) and "torch_native" in _one_line(err)
+    monkeypatch.setenv("SGLANG_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setattr("sglang.srt.layers.attention.cpu_kernel_loader.find_compiler", lambda: None)
+    with pytest.raises(ConfigError) as err:
+        create_attention_backend("cpu_varlen", torch.device("cpu"), _config())
+    assert "no C compiler" in _one_line(err) and "torch_native" in _one_line(err)
 
 
 def test_flashinfer_without_cuda_is_a_one_line_error():
@@ -148,29 +113,29 @@ def test_unknown_backend_is_an_error():
 @pytest.mark.parametrize("lengths", sorted(LENGTHS))
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_torch_native_matches_reference(case, lengths):
-    _check(TorchNativeAttnBackend(), case, lengths)
+    check_backend(TorchNativeAttnBackend(), case, lengths)
 
 
 def test_torch_native_custom_scaling_and_long_window():
     backend = TorchNativeAttnBackend()
-    _check(backend, "bidirectional", "mixed", scaling=0.05)
+    check_backend(backend, "bidirectional", "mixed", scaling=0.05)
     # A window longer than every sequence is no window at all.
     heads, kv_heads, d = 4, 4, 16
-    q, k, v = _inputs([5, 7], heads, kv_heads, d)
-    windowed = _layer(heads, kv_heads, d, False, 50)(q, k, v, _batch([5, 7], backend))
-    full = _layer(heads, kv_heads, d, False, None)(q, k, v, _batch([5, 7], backend))
+    q, k, v = make_inputs([5, 7], heads, kv_heads, d)
+    windowed = make_layer(heads, kv_heads, d, False, 50)(q, k, v, make_batch([5, 7], backend))
+    full = make_layer(heads, kv_heads, d, False, None)(q, k, v, make_batch([5, 7], backend))
     assert torch.allclose(windowed, full, atol=1e-6)
 
 
-def test_torch_native_layers_with_different_masks_share_a_batch():
+def test_torch_native_layers_with_different_masks_share_amake_batch():
     """One batch's metadata serves layers with different masks (as in EmbeddingGemma)."""
     backend = TorchNativeAttnBackend()
     seq_lens = [6, 2, 9]
-    fb = _batch(seq_lens, backend)
+    fb = make_batch(seq_lens, backend)
     for case in ("bidirectional", "window_bidirectional", "causal", "window_causal"):
         heads, kv_heads, d, causal, window = CASES[case]
-        layer = _layer(heads, kv_heads, d, causal, window)
-        q, k, v = _inputs(seq_lens, heads, kv_heads, d, seed=3)
+        layer = make_layer(heads, kv_heads, d, causal, window)
+        q, k, v = make_inputs(seq_lens, heads, kv_heads, d, seed=3)
         ref = reference_attention(q, k, v, seq_lens, heads, kv_heads, d, causal, window, layer.scaling)
         assert torch.allclose(layer(q, k, v, fb).double(), ref, atol=1e-5), case
 
@@ -189,52 +154,52 @@ def _fake_backend(monkeypatch, layers=()):
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_flashinfer_backend_logic_matches_reference(monkeypatch, case, lengths):
     heads, kv_heads, d, causal, window = CASES[case]
-    backend = _fake_backend(monkeypatch, [_layer(heads, kv_heads, d, causal, window)])
-    _check(backend, case, lengths)
+    backend = _fake_backend(monkeypatch, [make_layer(heads, kv_heads, d, causal, window)])
+    check_backend(backend, case, lengths)
 
 
 def test_flashinfer_backend_pads_small_head_dims(monkeypatch):
     """MiniLM's head_dim 32 is padded to 64 for the kernel (which rejects 32) and unpadded after."""
-    layer = _layer(12, 12, 32, False, None)
+    layer = make_layer(12, 12, 32, False, None)
     backend = _fake_backend(monkeypatch, [layer])
     seq_lens = [7, 3]
-    q, k, v = _inputs(seq_lens, 12, 12, 32)
+    q, k, v = make_inputs(seq_lens, 12, 12, 32)
     ref = reference_attention(q, k, v, seq_lens, 12, 12, 32, False, None, layer.scaling)
-    assert torch.allclose(layer(q, k, v, _batch(seq_lens, backend)).double(), ref, atol=1e-5)
+    assert torch.allclose(layer(q, k, v, make_batch(seq_lens, backend)).double(), ref, atol=1e-5)
 
 
-def test_flashinfer_backend_plans_once_per_spec_and_batch(monkeypatch):
-    layers = [_layer(4, 2, 16, True, None) for _ in range(3)] + [_layer(4, 2, 16, True, 4)]
+def test_flashinfer_backend_plans_once_per_spec_andmake_batch(monkeypatch):
+    layers = [make_layer(4, 2, 16, True, None) for _ in range(3)] + [make_layer(4, 2, 16, True, 4)]
     backend = _fake_backend(monkeypatch, layers)
-    fb = _batch([3, 5], backend)
+    fb = make_batch([3, 5], backend)
     meta = fb.attn_metadata
     assert len(meta.by_spec) == 2  # three identical layers share one wrapper; the windowed one has its own
     assert meta.wrappers[AttnShape.of(layers[0])] is meta.wrappers[AttnShape.of(layers[2])]
-    q, k, v = _inputs([3, 5], 4, 2, 16)
+    q, k, v = make_inputs([3, 5], 4, 2, 16)
     for layer in layers:
         layer(q, k, v, fb)
     assert sum(w.plan_calls for w in meta.by_spec.values()) == 2
-    _batch([4], backend)  # the next batch re-plans the same two wrappers
+    make_batch([4], backend)  # the next batch re-plans the same two wrappers
     assert sorted(w.plan_calls for w in meta.by_spec.values()) == [2, 2]
 
 
 def test_flashinfer_backend_window_mask_only_when_needed(monkeypatch):
     """A bidirectional window uses a custom mask only when some sequence is longer than it, and a
     later short batch must not inherit that mask."""
-    layer = _layer(4, 4, 16, False, 3)
+    layer = make_layer(4, 4, 16, False, 3)
     backend = _fake_backend(monkeypatch, [layer])
     for seq_lens in ([9, 2], [3, 2, 1], [10]):
-        fb = _batch(seq_lens, backend)
+        fb = make_batch(seq_lens, backend)
         spec = next(iter(fb.attn_metadata.by_spec))
         assert spec.mask_window == (3 if max(seq_lens) > 3 else 0)
-        q, k, v = _inputs(seq_lens, 4, 4, 16, seed=len(seq_lens))
+        q, k, v = make_inputs(seq_lens, 4, 4, 16, seed=len(seq_lens))
         ref = reference_attention(q, k, v, seq_lens, 4, 4, 16, False, 3, layer.scaling)
         assert torch.allclose(layer(q, k, v, fb).double(), ref, atol=1e-5), seq_lens
 
 
 def test_flashinfer_backend_plans_unbound_layers_lazily(monkeypatch):
     backend = _fake_backend(monkeypatch, [])
-    _check(backend, "gqa_causal", "mixed")
+    check_backend(backend, "gqa_causal", "mixed")
 
 
 # ----- pure helpers -----
@@ -286,13 +251,13 @@ def test_flashinfer_kernels_match_torch_native(case):
     if window is not None:
         window = 5  # long enough to matter, shorter than most sequences below
     seq_lens = [37, 1, 130, 9, 64]
-    layer = _layer(heads, kv_heads, d, causal, window)
+    layer = make_layer(heads, kv_heads, d, causal, window)
     device = torch.device("cuda")
     backend = FlashInferAttnBackend(_config(torch.bfloat16), device)
     backend.bind_layers([layer])
-    q, k, v = _inputs(seq_lens, heads, kv_heads, d, device=device, dtype=torch.bfloat16)
-    ours = layer(q, k, v, _batch(seq_lens, backend, device)).float()
-    ref = layer(q.float(), k.float(), v.float(), _batch(seq_lens, TorchNativeAttnBackend(), device))
+    q, k, v = make_inputs(seq_lens, heads, kv_heads, d, device=device, dtype=torch.bfloat16)
+    ours = layer(q, k, v, make_batch(seq_lens, backend, device)).float()
+    ref = layer(q.float(), k.float(), v.float(), make_batch(seq_lens, TorchNativeAttnBackend(), device))
     assert torch.allclose(ours, ref, atol=3e-2, rtol=3e-2), (ours - ref).abs().max()
     cos = torch.nn.functional.cosine_similarity(ours, ref, dim=-1)
     assert cos.min() >= 0.999

@@ -39,7 +39,8 @@ INSTALL_GPU_HINT = 'pip install "sglang-embed[gpu]"'
 
 
 def create_attention_backend(name: str, device: torch.device, model_config: ModelConfig) -> AttentionBackend:
-    """auto: flashinfer on CUDA in half precision when it imports, else torch_native."""
+    """auto: flashinfer on CUDA in half precision when it imports; cpu_varlen on CPU in float32 or
+    bfloat16 when the kernel builds; torch_native otherwise."""
     half = model_config.dtype in (torch.float16, torch.bfloat16)
     if name == "auto":
         name = "torch_native"
@@ -50,6 +51,19 @@ def create_attention_backend(name: str, device: torch.device, model_config: Mode
                 name = "flashinfer"
             except Exception as e:  # ImportError, or a broken install: fall back, but say why
                 logger.info("flashinfer unavailable (%s); using torch_native attention on CUDA", e)
+        if device.type == "cpu":
+            backend = _cpu_varlen_backend(model_config)
+            if isinstance(backend, AttentionBackend):
+                return backend
+            logger.info("using torch_native attention on CPU: %s", backend)
+    if name == "cpu_varlen":
+        if device.type != "cpu":
+            raise ConfigError(f"--attention-backend cpu_varlen runs on the CPU; this model is on {device.type}")
+        backend = _cpu_varlen_backend(model_config)
+        if not isinstance(backend, AttentionBackend):
+            raise ConfigError(f"--attention-backend cpu_varlen is unavailable: {backend}; "
+                              "use --attention-backend torch_native")
+        return backend
     if name == "torch_native":
         from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 
@@ -67,6 +81,17 @@ def create_attention_backend(name: str, device: torch.device, model_config: Mode
             raise ConfigError(f"flashinfer is not installed; install it with: {INSTALL_GPU_HINT}") from e
         return FlashInferAttnBackend(model_config, device)
     raise ConfigError(f"unknown attention backend '{name}'")
+
+
+def _cpu_varlen_backend(model_config: ModelConfig) -> "AttentionBackend | str":
+    """The compiled CPU kernel's backend, or the reason it cannot serve this model."""
+    from sglang.srt.layers.attention.cpu_kernel_loader import load_kernel
+    from sglang.srt.layers.attention.cpu_varlen_backend import SUPPORTED_DTYPES, CpuVarlenAttnBackend
+
+    if model_config.dtype not in SUPPORTED_DTYPES:
+        return f"the CPU kernel handles float32 and bfloat16, not {str(model_config.dtype).replace('torch.', '')}"
+    kernel, why = load_kernel()
+    return CpuVarlenAttnBackend(kernel) if kernel is not None else why
 
 
 def configure_cpu_threads(requested: Optional[int]) -> int:

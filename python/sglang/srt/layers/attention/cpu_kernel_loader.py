@@ -1,0 +1,161 @@
+"""Builds the C varlen-attention kernel for this CPU once, caches it, and calls it through ctypes.
+
+The kernel is a few small C11 files (csrc/), so a system C compiler builds it in a couple of
+seconds; no torch headers, no build step at install time. The shared object is cached under
+$SGLANG_KERNEL_CACHE (default ~/.cache/sglang-embed/kernels) keyed by the source, the compiler, its
+flags and the CPU's feature flags, so `-march=native` code never runs on another CPU model.
+Anything that goes wrong (no compiler, a failed build, an unloadable library) returns None with
+the reason, and the caller keeps torch's attention.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+CSRC = Path(__file__).with_name("csrc")
+SOURCES = (CSRC / "varlen_attention.c", CSRC / "varlen_attention_bf16.c")
+HEADERS = (CSRC / "varlen_common.h",)
+DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
+BASE_FLAGS = ["-O3", "-std=c11", "-ffp-contract=fast", "-fPIC", "-shared", "-fopenmp"]
+# -march=native first; some compilers (Clang on Arm) spell it -mcpu=native, and a portable build
+# still beats torch's kernel.
+ARCH_FLAG_CHOICES = (["-march=native"], ["-mcpu=native"], [])
+BUILD_TIMEOUT_S = 120
+
+
+def cache_dir() -> Path:
+    explicit = os.environ.get("SGLANG_KERNEL_CACHE")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "sglang-embed" / "kernels"
+
+
+def find_compiler() -> Optional[str]:
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def _cpu_signature() -> str:
+    """What -march=native depends on: the CPU's model and feature flags."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            lines = [ln for ln in f if ln.startswith(("model name", "flags", "Features", "CPU part"))]
+        return "".join(sorted(set(lines)))
+    except OSError:
+        return platform.processor() + platform.machine()
+
+
+def _compiler_version(cc: str) -> str:
+    try:
+        return subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+@dataclass
+class BuildResult:
+    path: Optional[Path]
+    reason: str = ""  # why there is no library, for the log and for a ConfigError
+
+
+def build_kernel(sources: tuple[Path, ...] = SOURCES, headers: tuple[Path, ...] = HEADERS) -> BuildResult:
+    """The cached library for this machine, compiling it first if needed."""
+    cc = find_compiler()
+    if cc is None:
+        return BuildResult(None, "no C compiler found (set CC, or install gcc or clang)")
+    code = b"\0".join(f.read_bytes() for f in (*sources, *headers))
+    key = hashlib.sha256(b"\0".join([
+        code, cc.encode(), _compiler_version(cc).encode(), " ".join(BASE_FLAGS).encode(),
+        _cpu_signature().encode(), platform.machine().encode(),
+    ])).hexdigest()[:16]
+    target = cache_dir() / f"{sources[0].stem}-{key}.so"
+    if target.exists():
+        return BuildResult(target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return BuildResult(None, f"kernel cache {target.parent} is not writable ({e})")
+    errors = []
+    for arch in ARCH_FLAG_CHOICES:
+        # Build beside the target and rename: concurrent builders never see a half-written file.
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+        os.close(fd)
+        cmd = [cc, *BASE_FLAGS, *arch, *(str(f) for f in sources), "-o", tmp]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+        except (OSError, subprocess.SubprocessError) as e:
+            errors.append(f"{' '.join(cmd)}: {e}")
+            os.unlink(tmp)
+            continue
+        if done.returncode == 0:
+            os.replace(tmp, target)
+            logger.info("built the CPU attention kernel: %s", target)
+            return BuildResult(target)
+        os.unlink(tmp)
+        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        errors.append(f"{' '.join(arch) or 'portable'}: {tail}")
+    return BuildResult(None, "compiling the CPU attention kernel failed: " + "; ".join(errors))
+
+
+class VarlenAttentionKernel:
+    """ctypes binding of sgl_varlen_attention; the call releases the GIL while it runs."""
+
+    def __init__(self, path: Path) -> None:
+        # torch is imported above, so the library's libgomp.so.1 resolves to torch's own runtime.
+        self.path = path
+        self._fn = ctypes.CDLL(str(path)).sgl_varlen_attention
+        i64, i32 = ctypes.c_int64, ctypes.c_int
+        self._fn.argtypes = [ctypes.c_void_p] * 4 + [i32, ctypes.c_void_p] + [i32] * 4 + [i64] * 4 + [
+            ctypes.c_float, i32, i32, i32, i64, i32]
+        self._fn.restype = i32
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                 cu_seqlens: torch.Tensor, *, num_heads: int, num_kv_heads: int, head_dim: int,
+                 scale: float, causal: bool, window: Optional[int], block_rows: int = 64,
+                 scratch_budget: int = 1 << 20, num_threads: Optional[int] = None) -> torch.Tensor:
+        """out[T, H*D] = attention of q[T, H*D] over k, v[T, Hk*D]; rows of each must be dense."""
+        for name, x in (("q", q), ("k", k), ("v", v), ("out", out)):
+            if x.device.type != "cpu" or x.dtype != q.dtype or x.dim() != 2 or x.stride(1) != 1:
+                raise ValueError(f"{name} must be a CPU [tokens, heads*head_dim] tensor with dense rows "
+                                 f"and q's dtype; got {x.dtype} {tuple(x.shape)} stride {x.stride()}")
+        if q.dtype not in DTYPE_CODES:
+            raise ValueError(f"the CPU attention kernel handles float32 and bfloat16, not {q.dtype}")
+        if cu_seqlens.dtype != torch.int64 or not cu_seqlens.is_contiguous():
+            raise ValueError("cu_seqlens must be a contiguous int64 tensor")
+        rc = self._fn(
+            q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), DTYPE_CODES[q.dtype],
+            cu_seqlens.data_ptr(), cu_seqlens.numel() - 1, num_heads, num_kv_heads, head_dim,
+            q.stride(0), k.stride(0), v.stride(0), out.stride(0), scale, int(causal), window or 0,
+            block_rows, scratch_budget, num_threads or torch.get_num_threads(),
+        )
+        if rc != 0:
+            raise MemoryError("the CPU attention kernel could not allocate its scratch memory")
+        return out
+
+
+def load_kernel() -> tuple[Optional[VarlenAttentionKernel], str]:
+    """(kernel, "") or (None, why not)."""
+    built = build_kernel()
+    if built.path is None:
+        return None, built.reason
+    try:
+        return VarlenAttentionKernel(built.path), ""
+    except OSError as e:
+        return None, f"loading {built.path} failed ({e})"

@@ -1,0 +1,215 @@
+/*
+ * Varlen attention over packed sequences on CPU, for embedding prefill.
+ *
+ * Why this exists: with the head sizes of embedding models (head_dim 32-128) and short sequences
+ * (tens of tokens), torch's CPU flash kernel spends its time in per-block GEMM calls, not in
+ * arithmetic (about a tenth of the matmul rate). Here one parallel loop covers the whole batch.
+ * A work item is one row block of one sequence for a range of heads: it copies the rows it needs
+ * into float32 scratch in address order (per-head slices of ~100 bytes a full row apart are what
+ * the caches and prefetchers handle worst), then runs every head on that scratch, four query rows
+ * per pass over the keys, and writes its output rows back whole.
+ *
+ * Layout: q is [T, num_heads * head_dim], k and v are [T, num_kv_heads * head_dim], each with its
+ * own row stride (so q, k and v may be column slices of one fused projection); out is
+ * [T, num_heads * head_dim]. Sequence b owns rows cu_seqlens[b] .. cu_seqlens[b+1]. Query row i of
+ * a sequence may attend key j when (!causal || j <= i) && (window <= 0 || |i - j| < window).
+ * Storage is float32 or bfloat16; scores, softmax and sums are float32. For bfloat16 on CPUs with
+ * avx512_bf16, varlen_attention_bf16.c takes over the two products (bf16 dot-product instructions).
+ *
+ * Portable C11 with GCC/Clang vector extensions: the compiler lowers the 16-float vector to
+ * AVX-512, 2 x AVX2, or 4 x NEON/SSE registers. Threads come from the OpenMP runtime the process
+ * already loaded (torch's), so no second thread pool competes with torch's.
+ */
+#include "varlen_common.h"
+
+/* Copy the item's keys (transposed), values and scaled queries into scratch, row by row. */
+static void stage(const Problem *p, Scratch *s, const Item *it) {
+    const int D = p->head_dim, Dp = p->head_dim_pad, nkv = it->kh1 - it->kh0;
+    const int n = it->j1 - it->j0, np = round_up(n, VL), nq = (it->h1 - it->h0) * D;
+    float *row = s->acc; /* a key row in transit (acc is free until the heads run) */
+    for (int j = 0; j < n; j++) {
+        int64_t at = it->start + it->j0 + j;
+        for (int kh = 0; kh < nkv; kh++) {
+            float *vrow = s->vals + ((size_t)kh * s->key_cap + j) * Dp;
+            load_f32(p->v, p->dtype, at * p->v_stride + (int64_t)(it->kh0 + kh) * D, D, vrow);
+            for (int d = D; d < Dp; d++) vrow[d] = 0.0f;
+            load_f32(p->k, p->dtype, at * p->k_stride + (int64_t)(it->kh0 + kh) * D, D, row);
+            float *kt = s->kt + (size_t)kh * D * s->key_cap;
+            for (int d = 0; d < D; d++) kt[(size_t)d * np + j] = row[d];
+        }
+    }
+    for (int kh = 0; kh < nkv; kh++) /* zero keys past the end: their scores are masked anyway */
+        for (int d = 0; d < D; d++)
+            for (int j = n; j < np; j++) s->kt[(size_t)kh * D * s->key_cap + (size_t)d * np + j] = 0.0f;
+    for (int i = it->r0; i < it->r1; i++) {
+        float *qrow = s->qs + (size_t)(i - it->r0) * nq;
+        load_f32(p->q, p->dtype, (it->start + i) * p->q_stride + (int64_t)it->h0 * D, nq, qrow);
+        for (int e = 0; e < nq; e++) qrow[e] *= p->scale;
+    }
+}
+
+/* Attention of one query head over the staged float32 rows; results go to the item's output rows. */
+static void attend_head(const Problem *p, Scratch *s, const Item *it, int head) {
+    const int D = p->head_dim, Dp = p->head_dim_pad, nq = (it->h1 - it->h0) * D;
+    const int n = it->j1 - it->j0, np = round_up(n, VL), kh = head / p->group - it->kh0;
+    const float *kt = s->kt + (size_t)kh * D * s->key_cap;
+    const float *vals = s->vals + (size_t)kh * s->key_cap * Dp;
+    const int hoff = (head - it->h0) * D;
+    float *probs = s->probs;
+
+    for (int r = it->r0; r < it->r1; r += QROWS) {
+        int qrow[QROWS], lo[QROWS], hi[QROWS];
+        int rows = row_group(p, it, r, qrow, lo, hi);
+        const float *qr[QROWS];
+        for (int rr = 0; rr < QROWS; rr++) qr[rr] = s->qs + (size_t)qrow[rr] * nq + hoff;
+
+        /* Scores, four rows per pass over the transposed keys. */
+        vf rowmax[QROWS];
+        for (int rr = 0; rr < QROWS; rr++) rowmax[rr] = vsplat(-INFINITY);
+        for (int jb = 0; jb < np; jb += VL) {
+            vf acc[QROWS];
+            for (int rr = 0; rr < QROWS; rr++) acc[rr] = vsplat(0.0f);
+            for (int d = 0; d < D; d++) {
+                vf kv = vload(kt + (size_t)d * np + jb);
+                for (int rr = 0; rr < QROWS; rr++) acc[rr] += qr[rr][d] * kv;
+            }
+            mask_scores(probs, np, jb, acc, lo, hi, rowmax);
+        }
+        float inv_sum[QROWS];
+        softmax_rows(probs, np, rowmax, inv_sum, 0);
+
+        /* Weighted sum of values, one vector of head dims at a time for four rows. */
+        int jlo = lo[0], jhi = hi[0];
+        for (int rr = 1; rr < QROWS; rr++) {
+            jlo = lo[rr] < jlo ? lo[rr] : jlo;
+            jhi = hi[rr] > jhi ? hi[rr] : jhi;
+        }
+        for (int dc = 0; dc < Dp; dc += VL) {
+            vf acc[QROWS];
+            for (int rr = 0; rr < QROWS; rr++) acc[rr] = vsplat(0.0f);
+            for (int j = jlo; j < jhi; j++) {
+                vf vv = vload(vals + (size_t)j * Dp + dc);
+                for (int rr = 0; rr < QROWS; rr++) acc[rr] += probs[(size_t)rr * np + j] * vv;
+            }
+            for (int rr = 0; rr < QROWS; rr++) vstore(s->acc + (size_t)rr * Dp + dc, acc[rr] * inv_sum[rr]);
+        }
+        for (int rr = 0; rr < rows; rr++) {
+            float *orow = s->os + (size_t)(r + rr - it->r0) * nq + hoff;
+            for (int d = 0; d < D; d++) orow[d] = s->acc[(size_t)rr * Dp + d];
+        }
+    }
+}
+
+static void run_item(const Problem *p, Scratch *s, const Item *it) {
+#ifdef SGL_HAVE_BF16DP
+    if (p->dtype == DTYPE_BF16 && p->head_dim % 2 == 0) {
+        bf16dp_attend_item(p, s, it);
+    } else
+#endif
+    {
+        stage(p, s, it);
+        for (int h = it->h0; h < it->h1; h++) attend_head(p, s, it, h);
+    }
+    const int nq = (it->h1 - it->h0) * p->head_dim;
+    for (int i = it->r0; i < it->r1; i++)
+        store_from_f32(p->out, p->dtype, (it->start + i) * p->o_stride + (int64_t)it->h0 * p->head_dim, nq,
+                       s->os + (size_t)(i - it->r0) * nq);
+}
+
+/* Rows of one item when the batch has enough sequences to share out whole: splitting a sequence
+ * then only repeats the staging of its keys (every block of a bidirectional sequence needs all
+ * of them). The cap bounds the per-thread query and output scratch. */
+#define WHOLE_SEQUENCE_ROWS 512
+
+/* Entry point. Returns 0, or -1 when scratch memory could not be allocated (the output is then
+ * incomplete). block_rows caps the query rows of one work item when there are fewer sequences
+ * than 4 items per thread, so that one long sequence still spreads over every thread;
+ * scratch_budget caps the bytes of keys and values one item stages, which decides how many heads
+ * an item takes. */
+int sgl_varlen_attention(const void *q, const void *k, const void *v, void *out, int dtype,
+                         const int64_t *cu_seqlens, int num_seqs, int num_heads, int num_kv_heads,
+                         int head_dim, int64_t q_stride, int64_t k_stride, int64_t v_stride,
+                         int64_t o_stride, float scale, int causal, int window, int block_rows,
+                         int64_t scratch_budget, int num_threads) {
+    Problem p = {q, k, v, out, dtype, head_dim, round_up(head_dim, VL), num_heads / num_kv_heads,
+                 q_stride, k_stride, v_stride, o_stride, scale, causal, window};
+    if (num_threads < 1) num_threads = 1;
+    int64_t want = 4 * (int64_t)num_threads; /* items that keep every thread busy to the end */
+    if (num_seqs >= want && block_rows < WHOLE_SEQUENCE_ROWS) block_rows = WHOLE_SEQUENCE_ROWS;
+    if (block_rows < QROWS) block_rows = QROWS;
+
+    int64_t units = 0; /* (sequence, row block) pairs */
+    int max_len = 0;
+    for (int b = 0; b < num_seqs; b++) {
+        int len = (int)(cu_seqlens[b + 1] - cu_seqlens[b]);
+        if (len > max_len) max_len = len;
+        units += (len + block_rows - 1) / block_rows;
+    }
+    if (units == 0) return 0;
+
+    /* Heads per item, in whole kv-head groups: as many as the scratch budget allows, but split
+     * further when there are too few (sequence, block) pairs to keep every thread busy. */
+    int64_t per_kv_head = (int64_t)round_up(max_len, VL) * (head_dim + p.head_dim_pad) * (int64_t)sizeof(float);
+    int kv_per_item = (int)(scratch_budget / (per_kv_head > 0 ? per_kv_head : 1));
+    if (kv_per_item < 1) kv_per_item = 1;
+    if (kv_per_item > num_kv_heads) kv_per_item = num_kv_heads;
+    while (kv_per_item > 1 && units * ((num_kv_heads + kv_per_item - 1) / kv_per_item) < want) kv_per_item--;
+    int heads_per_item = kv_per_item * p.group;
+    if (units * ((num_heads + heads_per_item - 1) / heads_per_item) < want) {
+        /* One kv head per item is still too coarse: split its query heads too. A chunk then spans
+         * at most two kv heads. */
+        int64_t fit = (int64_t)num_heads * units / want;
+        heads_per_item = fit < 1 ? 1 : (fit < heads_per_item ? (int)fit : heads_per_item);
+    }
+    int head_chunks = (num_heads + heads_per_item - 1) / heads_per_item;
+    int kv_cap = (heads_per_item + p.group - 1) / p.group + 1; /* an unaligned chunk can straddle two */
+    if (kv_cap > num_kv_heads) kv_cap = num_kv_heads;
+
+    int64_t num_items = units * head_chunks;
+    int32_t *items = malloc((size_t)num_items * 3 * sizeof(int32_t));
+    if (!items) return -1;
+    int64_t at = 0;
+    for (int b = 0; b < num_seqs; b++) {
+        int len = (int)(cu_seqlens[b + 1] - cu_seqlens[b]);
+        int blocks = (len + block_rows - 1) / block_rows;
+        for (int blk = 0; blk < blocks; blk++)
+            for (int hc = 0; hc < head_chunks; hc++) {
+                items[at * 3 + 0] = b;
+                items[at * 3 + 1] = blk;
+                items[at * 3 + 2] = hc * heads_per_item;
+                at++;
+            }
+    }
+
+    int failed = 0;
+#pragma omp parallel num_threads(num_threads) reduction(| : failed)
+    {
+        Scratch s;
+        if (scratch_init(&s, max_len, block_rows, heads_per_item, kv_cap, head_dim, p.head_dim_pad) != 0) {
+            failed = 1;
+        } else {
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t i = 0; i < num_items; i++) {
+                Item it;
+                int b = items[i * 3 + 0], blk = items[i * 3 + 1], unused;
+                it.start = cu_seqlens[b];
+                it.len = (int)(cu_seqlens[b + 1] - it.start);
+                int blocks = (it.len + block_rows - 1) / block_rows;
+                int per = (it.len + blocks - 1) / blocks; /* equal split of the sequence's rows */
+                it.r0 = blk * per;
+                it.r1 = it.r0 + per < it.len ? it.r0 + per : it.len;
+                if (it.r0 >= it.r1) continue;
+                key_range(&p, it.r0, it.len, &it.j0, &unused);
+                key_range(&p, it.r1 - 1, it.len, &unused, &it.j1);
+                it.h0 = items[i * 3 + 2];
+                it.h1 = it.h0 + heads_per_item < num_heads ? it.h0 + heads_per_item : num_heads;
+                it.kh0 = it.h0 / p.group;
+                it.kh1 = (it.h1 - 1) / p.group + 1;
+                run_item(&p, &s, &it);
+            }
+            free(s.kt);
+        }
+    }
+    free(items);
+    return failed ? -1 : 0;
+}

@@ -1,0 +1,242 @@
+/*
+ * Shared by the varlen attention kernels (varlen_attention.c, varlen_attention_bf16.c): portable
+ * 16-float vectors (GCC/Clang vector extensions, lowered to AVX-512, 2 x AVX2 or 4 x NEON/SSE),
+ * float32 <-> bfloat16, exp, the problem and work-item descriptions, and the softmax step.
+ */
+#ifndef SGL_VARLEN_COMMON_H
+#define SGL_VARLEN_COMMON_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__GNUC__) && !defined(__clang__)
+/* Copy and zero loops here run over one head's row (~100 bytes): GCC would otherwise turn them
+ * into memcpy/memset library calls, which cost more than the copies themselves. */
+#pragma GCC optimize("no-tree-loop-distribute-patterns")
+#endif
+
+#define VL 16     /* floats per vector */
+#define QROWS 4   /* query rows that share one pass over the keys */
+
+typedef float vf __attribute__((vector_size(VL * sizeof(float))));
+typedef int32_t vi __attribute__((vector_size(VL * sizeof(int32_t))));
+typedef float vf_unaligned __attribute__((vector_size(VL * sizeof(float)), aligned(4), may_alias));
+
+enum { DTYPE_F32 = 0, DTYPE_BF16 = 1 };
+
+static inline vf vload(const float *p) { return *(const vf_unaligned *)p; }
+static inline void vstore(float *p, vf v) { *(vf_unaligned *)p = v; }
+static inline vf vsplat(float x) { vf v = {0}; return v + x; }
+static inline vf vselect(vi mask, vf a, vf b) { return (vf)(((vi)a & mask) | ((vi)b & ~mask)); }
+static inline vf vmax(vf a, vf b) { return vselect(a > b, a, b); }
+static const vi LANE = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+static inline vi viota(int start) { return LANE + start; }
+/* Horizontal max and sum as a tree of vector shuffles (depth 4), not a chain of 16 scalar ops. */
+#if defined(__clang__)
+#define VSWAP(v, w) __builtin_shufflevector(v, v, 0 ^ (w), 1 ^ (w), 2 ^ (w), 3 ^ (w), 4 ^ (w), 5 ^ (w), \
+                                            6 ^ (w), 7 ^ (w), 8 ^ (w), 9 ^ (w), 10 ^ (w), 11 ^ (w), \
+                                            12 ^ (w), 13 ^ (w), 14 ^ (w), 15 ^ (w))
+#else
+#define VSWAP(v, w) __builtin_shuffle(v, LANE ^ (w))
+#endif
+static inline float hmax(vf v) {
+    v = vmax(v, VSWAP(v, 8));
+    v = vmax(v, VSWAP(v, 4));
+    v = vmax(v, VSWAP(v, 2));
+    v = vmax(v, VSWAP(v, 1));
+    return v[0];
+}
+static inline float hsum(vf v) {
+    v += VSWAP(v, 8);
+    v += VSWAP(v, 4);
+    v += VSWAP(v, 2);
+    v += VSWAP(v, 1);
+    return v[0];
+}
+
+/* exp(x) for x <= 0 (scores minus their row maximum), after a range reduction by ln 2. `coarse`
+ * (a compile-time constant at every call) picks a degree-4 polynomial, relative error ~4e-5, for
+ * probabilities that are rounded to bfloat16 anyway; otherwise Cephes' degree-6 one, ~2 ulp.
+ * Below -87 (masked keys are -inf) the result is exactly 0. */
+static inline vf vexp(vf x, int coarse) {
+    vi underflow = x < -87.0f;
+    x = vmax(x, vsplat(-87.0f));
+    const vf magic = vsplat(12582912.0f); /* 1.5 * 2^23: adding it rounds to an integer */
+    vf t = x * 1.44269504088896341f + magic;
+    vi n = (vi)t - (vi)magic;
+    vf fn = t - magic;
+    vf r = x - fn * 0.693359375f;
+    r = r - fn * -2.12194440e-4f;
+    vf y;
+    if (coarse) {
+        y = vsplat(1.0f / 24.0f);
+        y = y * r + 1.0f / 6.0f;
+        y = y * r + 0.5f;
+        y = y * r + 1.0f;
+        y = y * r + 1.0f;
+    } else {
+        vf p = vsplat(1.9875691500e-4f);
+        p = p * r + 1.3981999507e-3f;
+        p = p * r + 8.3334519073e-3f;
+        p = p * r + 4.1665795894e-2f;
+        p = p * r + 1.6666665459e-1f;
+        p = p * r + 5.0000001201e-1f;
+        y = p * r * r + r + 1.0f;
+    }
+    /* y * 2^n by adding n to the exponent field: y is in [0.7, 1.5] and n >= -126, so no overflow. */
+    return (vf)(((vi)y + (n << 23)) & ~underflow);
+}
+
+static inline float bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint16_t f32_to_bf16(float f) { /* round to nearest even, as torch does */
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline void load_f32(const void *base, int dtype, int64_t off, int n, float *dst) {
+    if (dtype == DTYPE_BF16) {
+        const uint16_t *src = (const uint16_t *)base + off;
+        for (int d = 0; d < n; d++) dst[d] = bf16_to_f32(src[d]);
+    } else { /* a loop, not memcpy: rows are ~100 bytes, too short to pay for a library call */
+        const float *src = (const float *)base + off;
+        for (int d = 0; d < n; d++) dst[d] = src[d];
+    }
+}
+
+static inline void store_from_f32(void *base, int dtype, int64_t off, int n, const float *src) {
+    if (dtype == DTYPE_BF16) {
+        uint16_t *dst = (uint16_t *)base + off;
+        for (int d = 0; d < n; d++) dst[d] = f32_to_bf16(src[d]);
+    } else {
+        float *dst = (float *)base + off;
+        for (int d = 0; d < n; d++) dst[d] = src[d];
+    }
+}
+
+static inline int round_up(int x, int m) { return (x + m - 1) / m * m; }
+
+typedef struct {
+    const void *q, *k, *v;
+    void *out;
+    int dtype, head_dim, head_dim_pad, group; /* group: query heads per kv head */
+    int64_t q_stride, k_stride, v_stride, o_stride;
+    float scale;
+    int causal, window;
+} Problem;
+
+/* One item's rows in float32. Sizes are capacities, fixed per thread for the whole call. */
+typedef struct {
+    float *kt;     /* [kv heads][head_dim][key_cap]: keys transposed, so scores vectorise over keys */
+    float *vals;   /* [kv heads][key_cap][head_dim_pad]: values, zero-padded to whole vectors */
+    float *qs;     /* [row_cap][heads * head_dim]: queries times the scale */
+    float *os;     /* [row_cap][heads * head_dim]: output rows */
+    float *probs;  /* [QROWS][key_cap]: scores, then probabilities */
+    float *acc;    /* [QROWS][head_dim_pad]: one head's output for four rows */
+    uint16_t *pbf; /* [QROWS][key_cap]: probabilities in bfloat16 (the bf16 dot-product path) */
+    int key_cap;
+} Scratch;
+
+static inline int scratch_init(Scratch *s, int max_keys, int max_rows, int heads, int kv_heads, int D, int Dp) {
+    s->key_cap = round_up(max_keys > 0 ? max_keys : 1, VL);
+    size_t kt = (size_t)kv_heads * D * s->key_cap, vals = (size_t)kv_heads * s->key_cap * Dp;
+    size_t rows = (size_t)max_rows * heads * D;
+    size_t probs = (size_t)QROWS * s->key_cap, acc = (size_t)QROWS * Dp;
+    size_t total = kt + vals + 2 * rows + 2 * probs + acc;
+    size_t bytes = (total * sizeof(float) + 63) / 64 * 64; /* aligned_alloc wants whole alignments */
+    float *mem = aligned_alloc(64, bytes);
+    if (!mem) return -1;
+    s->kt = mem;
+    s->vals = s->kt + kt;
+    s->qs = s->vals + vals;
+    s->os = s->qs + rows;
+    s->probs = s->os + rows;
+    s->acc = s->probs + probs;
+    s->pbf = (uint16_t *)(s->acc + acc);
+    return 0;
+}
+
+/* Key range [lo, hi) that query row i (of a sequence of length len) may attend. */
+static inline void key_range(const Problem *p, int i, int len, int *lo, int *hi) {
+    *lo = (p->window > 0 && i - p->window + 1 > 0) ? i - p->window + 1 : 0;
+    *hi = p->causal ? i + 1 : len;
+    if (p->window > 0 && i + p->window < *hi) *hi = i + p->window;
+}
+
+/* What one work item covers: query rows [r0, r1) of the sequence at packed row `start`, keys
+ * [j0, j1) of it, query heads [h0, h1) and the kv heads [kh0, kh1) they read. */
+typedef struct {
+    int64_t start;
+    int len, r0, r1, j0, j1, h0, h1, kh0, kh1;
+} Item;
+
+/* Store one vector of four rows' scores, -inf where a row may not attend, tracking row maxima.
+ * Vectors wholly inside every row's allowed keys (all but the edges, usually) skip the masking. */
+static inline void mask_scores(float *probs, int np, int jb, const vf *acc, const int *lo, const int *hi,
+                               vf *rowmax) {
+    int inside = 1;
+    for (int rr = 0; rr < QROWS; rr++) inside &= (jb >= lo[rr]) & (jb + VL <= hi[rr]);
+    if (inside) {
+        for (int rr = 0; rr < QROWS; rr++) {
+            rowmax[rr] = vmax(rowmax[rr], acc[rr]);
+            vstore(probs + (size_t)rr * np + jb, acc[rr]);
+        }
+        return;
+    }
+    vi idx = viota(jb);
+    for (int rr = 0; rr < QROWS; rr++) {
+        vf sc = vselect((idx >= lo[rr]) & (idx < hi[rr]), acc[rr], vsplat(-INFINITY));
+        rowmax[rr] = vmax(rowmax[rr], sc);
+        vstore(probs + (size_t)rr * np + jb, sc);
+    }
+}
+
+/* Softmax of four rows of scores in place (masked keys hold -inf, so their probability is 0);
+ * returns each row's 1 / sum, applied to the weighted sum of values afterwards. `coarse`: see vexp. */
+static inline void softmax_rows(float *probs, int np, const vf *rowmax, float *inv_sum, int coarse) {
+    for (int rr = 0; rr < QROWS; rr++) {
+        float *prow = probs + (size_t)rr * np;
+        float mx = hmax(rowmax[rr]);
+        vf sum = vsplat(0.0f);
+        for (int jb = 0; jb < np; jb += VL) {
+            vf e = vexp(vload(prow + jb) - mx, coarse);
+            vstore(prow + jb, e);
+            sum += e;
+        }
+        inv_sum[rr] = 1.0f / hsum(sum);
+    }
+}
+
+/* Row ranges of one group of QROWS query rows starting at item row r: each row's query offset in
+ * scratch and its allowed keys [lo, hi) relative to the item's first key. Spare lanes of a short
+ * last group repeat its last row. Returns the number of real rows. */
+static inline int row_group(const Problem *p, const Item *it, int r, int *qrow, int *lo, int *hi) {
+    int rows = it->r1 - r < QROWS ? it->r1 - r : QROWS;
+    for (int rr = 0; rr < QROWS; rr++) {
+        int i = r + (rr < rows ? rr : rows - 1);
+        qrow[rr] = i - it->r0;
+        key_range(p, i, it->len, &lo[rr], &hi[rr]);
+        lo[rr] -= it->j0;
+        hi[rr] -= it->j0;
+    }
+    return rows;
+}
+
+#if defined(__AVX512BF16__) && defined(__AVX512F__)
+/* bfloat16 inputs on CPUs with avx512_bf16 (varlen_attention_bf16.c): stage and attend one item
+ * with bf16 dot products, leaving float32 output rows in s->os like the float32 path. */
+#define SGL_HAVE_BF16DP 1
+void bf16dp_attend_item(const Problem *p, Scratch *s, const Item *it);
+#endif
+
+#endif
