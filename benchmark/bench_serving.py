@@ -12,7 +12,10 @@ Texts are real English (test/data/texts.json by default), cycled. Our launched s
 --allow-auto-truncate (texts over 256 tokens are cut, not refused); external URLs get texts as is.
 Throughput counts successful requests only; tokens come from the responses' usage.prompt_tokens;
 latency is per request, from send to parsed JSON. The client shares the CPU with a local server:
-on a small machine its JSON parsing competes with the server (try --encoding-format base64).
+on a small machine its work competes with the server. The default `--client lean` (asyncio streams
++ httptools + orjson on uvloop, benchmark/http_client.py) costs a fraction of httpx's ~1 ms of CPU
+per request; `--client httpx` keeps the general-purpose client. `--encoding-format base64` also
+saves the client (and the server) parsing float JSON.
 """
 
 from __future__ import annotations
@@ -98,8 +101,13 @@ def load_texts(path: str, max_words: Optional[int]) -> list[str]:
     return texts
 
 
-def make_poster(url: str, pool: int, timeout: float) -> tuple[Post, Callable[[], Awaitable[None]], str]:
+def make_poster(url: str, pool: int, timeout: float, kind: str = "lean") -> tuple[Post, Callable[[], Awaitable[None]], str]:
     """An async `post(payload) -> (status, body)` over `pool` keep-alive connections, its close(), a name."""
+    if kind == "lean":
+        from http_client import LeanPoster  # benchmark/, on sys.path when run as a script
+
+        poster = LeanPoster(url, pool, timeout)
+        return poster.post, poster.close, "lean (asyncio + httptools)"
     if httpx is not None:
         client = httpx.AsyncClient(http1=True, http2=False, timeout=timeout,
                                    limits=httpx.Limits(max_connections=pool, max_keepalive_connections=pool))
@@ -217,7 +225,7 @@ class Runner:
         level.elapsed = time.perf_counter() - start
 
     async def run(self, levels: list[Level], pool: int) -> str:
-        self.post, close, client_name = make_poster(self.args.endpoint, pool, self.args.timeout)
+        self.post, close, client_name = make_poster(self.args.endpoint, pool, self.args.timeout, self.args.client)
         try:
             if self.args.warmup:
                 warm = Level("warmup", concurrency=min(self.args.warmup, pool))
@@ -365,6 +373,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--output-json", default=None, help="write all levels, the machine and the command here")
     p.add_argument("--plot", default=None, help="PNG of p50/p99 latency vs throughput (needs matplotlib)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--client", default="lean", choices=["lean", "httpx"],
+                   help="lean: asyncio + httptools on uvloop (least CPU); httpx: the general-purpose client")
     p.add_argument("--launch", action="store_true", help="start our server on a free port; stop it at the end")
     p.add_argument("--server-args", default="", help='extra flags for the launched server, e.g. "--dtype bfloat16"')
     p.add_argument("--no-auto-truncate", action="store_true",
@@ -389,6 +399,22 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     return args
 
 
+def run_event_loop(coro, fast: bool):
+    """asyncio.run, on uvloop when asked for and installed (it is a server dependency)."""
+    if fast:
+        try:
+            import uvloop
+        except ImportError:
+            return asyncio.run(coro)
+        loop = uvloop.new_event_loop()
+        try:
+            return loop.run_until_complete(coro)
+        finally:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+    return asyncio.run(coro)
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that a launched server is stopped too
@@ -404,7 +430,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         print(f"{args.endpoint}  model={model}  {len(texts)} texts from {args.dataset}, "
               f"{args.texts_per_request}/request\n{note}\n"
               f"machine: {machine['cpu']}, {machine['cores']} cores {' '.join(machine.get('gpus', []))}")
-        client = asyncio.run(Runner(args, texts, model).run(levels, args.pool))
+        client = run_event_loop(Runner(args, texts, model).run(levels, args.pool), args.client == "lean")
     rows = [summarize(lv) for lv in levels]
     print(f"\nclient: {client}")
     print_table(rows)
