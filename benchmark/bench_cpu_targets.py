@@ -48,10 +48,11 @@ def peer_texts_per_s(texts: list[str], seconds: float) -> float:
     return done / (time.perf_counter() - start)
 
 
-def load_level(url: str, concurrency: int, requests: int, encoding: str, max_words: int | None) -> dict[str, Any]:
+def load_level(url: str, concurrency: int, requests: int, encoding: str, max_words: int | None,
+               client: str = "lean") -> dict[str, Any]:
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         argv = ["--url", url, "--concurrency", str(concurrency), "--num-requests", str(requests), "--warmup", "32",
-                "--encoding-format", encoding, "--no-progress", "--output-json", out.name]
+                "--encoding-format", encoding, "--no-progress", "--client", client, "--output-json", out.name]
         if max_words:
             argv += ["--max-words", str(max_words)]
         bench_serving.main(argv)
@@ -59,13 +60,13 @@ def load_level(url: str, concurrency: int, requests: int, encoding: str, max_wor
             return json.load(f)["levels"][0]
 
 
-def serve_and_load(server_args: str, requests: int, encoding: str) -> dict[str, dict[str, Any]]:
+def serve_and_load(server_args: str, requests: int, encoding: str, client: str) -> dict[str, dict[str, Any]]:
     """One server: 64 clients sending corpus texts, then one client sending short texts."""
     launch = argparse.Namespace(server_args=server_args, no_auto_truncate=False, launch_timeout=600.0)
     with bench_serving.launched_server(launch) as url:
         return {
-            "c=64": load_level(url, 64, requests, encoding, None),
-            "c=1 short": load_level(url, 1, requests // 2, encoding, SHORT_WORDS),
+            "c=64": load_level(url, 64, requests, encoding, None, client),
+            "c=1 short": load_level(url, 1, requests // 2, encoding, SHORT_WORDS, client),
         }
 
 
@@ -75,6 +76,8 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=600, help="requests per concurrency level")
     ap.add_argument("--encoding-format", default="base64", choices=["float", "base64"],
                     help="base64 is what the official openai client asks for")
+    ap.add_argument("--client", default="lean", choices=["lean", "httpx"],
+                    help="bench_serving's HTTP client (lean: least CPU taken from the server)")
     ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated names from: " + ", ".join(CONFIGS))
     ap.add_argument("--output-json", default=None)
     args = ap.parse_args()
@@ -83,7 +86,7 @@ def main() -> None:
     peer = [peer_texts_per_s(texts, args.peer_seconds)]
     results = {}
     for name in args.configs.split(","):
-        results[name] = serve_and_load(CONFIGS[name], args.requests, args.encoding_format)
+        results[name] = serve_and_load(CONFIGS[name], args.requests, args.encoding_format, args.client)
         peer.append(peer_texts_per_s(texts, args.peer_seconds))
     st = statistics.median(peer)
 

@@ -13,6 +13,7 @@ import types
 import pytest
 import torch
 
+from sglang.srt.layers.attention.cpu_kernel_loader import find_compiler
 from sglang.srt.layers.attention.flashinfer_utils import (
     AttnShape,
     cu_seqlens_cpu,
@@ -46,6 +47,7 @@ def _one_line(err: pytest.ExceptionInfo) -> str:
     return msg
 
 
+@pytest.mark.skipif(find_compiler() is None, reason="needs a C compiler (cc, gcc or clang)")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_auto_on_cpu_is_the_compiled_kernel(dtype):
     assert create_attention_backend("auto", torch.device("cpu"), _config(dtype)).name == "cpu_varlen"
