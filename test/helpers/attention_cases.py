@@ -72,3 +72,15 @@ def check_backend(backend, case, lengths, scaling=None, atol=1e-5, seed=0):
     ref = reference_attention(q, k, v, seq_lens, heads, kv_heads, head_dim, causal, window, layer.scaling)
     assert ours.shape == (sum(seq_lens), heads * head_dim)
     assert torch.allclose(ours.double(), ref, atol=atol), (ours.double() - ref).abs().max()
+
+
+def check_layers_with_different_masks(backend) -> None:
+    """One batch's metadata serves layers with different masks (as in EmbeddingGemma)."""
+    seq_lens = [6, 2, 9]
+    fb = make_batch(seq_lens, backend)
+    for case in ("bidirectional", "window_bidirectional", "causal", "window_causal"):
+        heads, kv_heads, d, causal, window = CASES[case]
+        layer = make_layer(heads, kv_heads, d, causal, window)
+        q, k, v = make_inputs(seq_lens, heads, kv_heads, d, seed=3)
+        ref = reference_attention(q, k, v, seq_lens, heads, kv_heads, d, causal, window, layer.scaling)
+        assert torch.allclose(layer(q, k, v, fb).double(), ref, atol=1e-5), case

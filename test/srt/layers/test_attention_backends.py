@@ -30,6 +30,7 @@ from test.helpers.attention_cases import (
     CASES,
     LENGTHS,
     check_backend,
+    check_layers_with_different_masks,
     make_batch,
     make_inputs,
     make_layer,
@@ -129,17 +130,8 @@ def test_torch_native_custom_scaling_and_long_window():
     assert torch.allclose(windowed, full, atol=1e-6)
 
 
-def test_torch_native_layers_with_different_masks_share_amake_batch():
-    """One batch's metadata serves layers with different masks (as in EmbeddingGemma)."""
-    backend = TorchNativeAttnBackend()
-    seq_lens = [6, 2, 9]
-    fb = make_batch(seq_lens, backend)
-    for case in ("bidirectional", "window_bidirectional", "causal", "window_causal"):
-        heads, kv_heads, d, causal, window = CASES[case]
-        layer = make_layer(heads, kv_heads, d, causal, window)
-        q, k, v = make_inputs(seq_lens, heads, kv_heads, d, seed=3)
-        ref = reference_attention(q, k, v, seq_lens, heads, kv_heads, d, causal, window, layer.scaling)
-        assert torch.allclose(layer(q, k, v, fb).double(), ref, atol=1e-5), case
+def test_torch_native_layers_with_different_masks_share_a_batch():
+    check_layers_with_different_masks(TorchNativeAttnBackend())
 
 
 # ----- FlashInfer backend logic, on the CPU stand-in -----
@@ -170,7 +162,7 @@ def test_flashinfer_backend_pads_small_head_dims(monkeypatch):
     assert torch.allclose(layer(q, k, v, make_batch(seq_lens, backend)).double(), ref, atol=1e-5)
 
 
-def test_flashinfer_backend_plans_once_per_spec_andmake_batch(monkeypatch):
+def test_flashinfer_backend_plans_once_per_spec_and_batch(monkeypatch):
     layers = [make_layer(4, 2, 16, True, None) for _ in range(3)] + [make_layer(4, 2, 16, True, 4)]
     backend = _fake_backend(monkeypatch, layers)
     fb = make_batch([3, 5], backend)

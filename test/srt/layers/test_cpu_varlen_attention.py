@@ -17,6 +17,7 @@ from test.helpers.attention_cases import (
     CASES,
     LENGTHS,
     check_backend,
+    check_layers_with_different_masks,
     make_batch,
     make_inputs,
     make_layer,
@@ -75,15 +76,7 @@ def test_custom_scaling(kernel):
 
 
 def test_layers_with_different_masks_share_a_batch(kernel):
-    """One batch's metadata serves layers with different masks (as in EmbeddingGemma)."""
-    seq_lens = [6, 2, 9]
-    fb = make_batch(seq_lens, CpuVarlenAttnBackend(kernel))
-    for case in ("bidirectional", "window_bidirectional", "causal", "window_causal"):
-        heads, kv_heads, d, causal, window = CASES[case]
-        layer = make_layer(heads, kv_heads, d, causal, window)
-        q, k, v = make_inputs(seq_lens, heads, kv_heads, d, seed=3)
-        ref = reference_attention(q, k, v, seq_lens, heads, kv_heads, d, causal, window, layer.scaling)
-        assert torch.allclose(layer(q, k, v, fb).double(), ref, atol=1e-5), case
+    check_layers_with_different_masks(CpuVarlenAttnBackend(kernel))
 
 
 def test_backend_copies_rows_that_are_not_dense(kernel):
