@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import sglang
+from sglang.srt.layers.attention.cpu_kernel_loader import find_compiler
 from sglang.srt.managers.errors import EmbeddingError
 from test.helpers.texts import load_texts
 
@@ -19,6 +20,9 @@ def test_engine_matches_sentence_transformers_with_auto_truncate():
 
     texts = load_texts()
     with sglang.Engine(allow_auto_truncate=True) as engine:
+        # The CPU default: the compiled attention kernel wherever a compiler can build it.
+        expected = "cpu_varlen" if find_compiler() else "torch_native"
+        assert engine.get_model_info()["attention_backend"] == expected
         out = engine.encode(texts)
         single = engine.encode(texts[0])
         assert isinstance(single, dict) and len(single["embedding"]) == 384
