@@ -55,7 +55,9 @@ def create_attention_backend(name: str, device: torch.device, model_config: Mode
             backend = _cpu_varlen_backend(model_config)
             if isinstance(backend, AttentionBackend):
                 return backend
-            logger.info("using torch_native attention on CPU: %s", backend)
+            # A float16 model never uses the kernel; for the others its absence costs speed: say so.
+            log = logger.info if model_config.dtype == torch.float16 else logger.warning
+            log("using torch_native attention on CPU: %s", backend)
     if name == "cpu_varlen":
         if device.type != "cpu":
             raise ConfigError(f"--attention-backend cpu_varlen runs on the CPU; this model is on {device.type}")
