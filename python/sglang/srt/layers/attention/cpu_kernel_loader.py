@@ -2,8 +2,9 @@
 
 The kernel is a few small C11 files (csrc/), so a system C compiler builds it in a couple of
 seconds; no torch headers, no build step at install time. The shared object is cached under
-$SGLANG_KERNEL_CACHE (default ~/.cache/sglang-embed/kernels) keyed by the source, the compiler, its
-flags and the CPU's feature flags, so `-march=native` code never runs on another CPU model.
+$SGLANG_KERNEL_CACHE (default ~/.cache/sglang-embed/kernels) keyed by the sources, the flags and the
+CPU's model and feature flags, so `-march=native` code never runs on another CPU model, and a
+cached library loads where no compiler is installed (an image built with one, run without).
 Anything that goes wrong (no compiler, a failed build, an unloadable library) returns None with
 the reason, and the caller keeps torch's attention.
 """
@@ -62,13 +63,6 @@ def _cpu_signature() -> str:
         return platform.processor() + platform.machine()
 
 
-def _compiler_version(cc: str) -> str:
-    try:
-        return subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
 @dataclass
 class BuildResult:
     path: Optional[Path]
@@ -77,17 +71,16 @@ class BuildResult:
 
 def build_kernel(sources: tuple[Path, ...] = SOURCES, headers: tuple[Path, ...] = HEADERS) -> BuildResult:
     """The cached library for this machine, compiling it first if needed."""
-    cc = find_compiler()
-    if cc is None:
-        return BuildResult(None, "no C compiler found (set CC, or install gcc or clang)")
     code = b"\0".join(f.read_bytes() for f in (*sources, *headers))
     key = hashlib.sha256(b"\0".join([
-        code, cc.encode(), _compiler_version(cc).encode(), " ".join(BASE_FLAGS).encode(),
-        _cpu_signature().encode(), platform.machine().encode(),
+        code, " ".join(BASE_FLAGS).encode(), _cpu_signature().encode(), platform.machine().encode(),
     ])).hexdigest()[:16]
     target = cache_dir() / f"{sources[0].stem}-{key}.so"
     if target.exists():
         return BuildResult(target)
+    cc = find_compiler()
+    if cc is None:
+        return BuildResult(None, "no C compiler found (set CC, or install gcc or clang)")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
