@@ -7,6 +7,9 @@ fallback itself.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -155,3 +158,31 @@ def test_rejects_what_it_cannot_read(kernel):
         _run(kernel, q.t().contiguous().t(), k, v, [4], 2, 2, 16)
     with pytest.raises(ValueError, match="q's dtype"):
         _run(kernel, q, k.bfloat16(), v, [4], 2, 2, 16)
+
+
+OUT_OF_MEMORY = """
+import resource, torch
+from sglang.srt.layers.attention.cpu_kernel_loader import load_kernel
+kernel, why = load_kernel()
+assert kernel is not None, why
+torch.set_num_threads(2)
+L, H, D = 65536, 2, 128  # one sequence: ~64 MiB of staged keys and values per kv head and thread
+q = torch.randn(L, H * D)
+out = torch.empty_like(q)
+(q @ q[:256].t()).sum()  # start torch's OpenMP threads before the limit
+vsz = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+resource.setrlimit(resource.RLIMIT_AS, (vsz + (64 << 20), resource.RLIM_INFINITY))
+try:
+    kernel(q, q, q, out, torch.tensor([0, L]), num_heads=H, num_kv_heads=H, head_dim=D, scale=0.1,
+           causal=False, window=None)
+except MemoryError as e:
+    print("MemoryError:", e)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses RLIMIT_AS and /proc")
+def test_scratch_allocation_failure_is_a_memory_error_not_a_hang():
+    """Threads whose scratch cannot be allocated still reach the shared loop; the call reports it."""
+    done = subprocess.run([sys.executable, "-c", OUT_OF_MEMORY], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "MemoryError: the CPU attention kernel could not allocate its scratch memory" in done.stdout

@@ -185,30 +185,31 @@ int sgl_varlen_attention(const void *q, const void *k, const void *v, void *out,
 #pragma omp parallel num_threads(num_threads) reduction(| : failed)
     {
         Scratch s;
-        if (scratch_init(&s, max_len, block_rows, heads_per_item, kv_cap, head_dim, p.head_dim_pad) != 0) {
-            failed = 1;
-        } else {
+        /* Every thread must reach the worksharing loop, even one whose scratch allocation failed
+         * (it then skips its items, and the call reports the failure). */
+        int ready = scratch_init(&s, max_len, block_rows, heads_per_item, kv_cap, head_dim, p.head_dim_pad) == 0;
+        failed |= !ready;
 #pragma omp for schedule(dynamic, 1)
-            for (int64_t i = 0; i < num_items; i++) {
-                Item it;
-                int b = items[i * 3 + 0], blk = items[i * 3 + 1], unused;
-                it.start = cu_seqlens[b];
-                it.len = (int)(cu_seqlens[b + 1] - it.start);
-                int blocks = (it.len + block_rows - 1) / block_rows;
-                int per = (it.len + blocks - 1) / blocks; /* equal split of the sequence's rows */
-                it.r0 = blk * per;
-                it.r1 = it.r0 + per < it.len ? it.r0 + per : it.len;
-                if (it.r0 >= it.r1) continue;
-                key_range(&p, it.r0, it.len, &it.j0, &unused);
-                key_range(&p, it.r1 - 1, it.len, &unused, &it.j1);
-                it.h0 = items[i * 3 + 2];
-                it.h1 = it.h0 + heads_per_item < num_heads ? it.h0 + heads_per_item : num_heads;
-                it.kh0 = it.h0 / p.group;
-                it.kh1 = (it.h1 - 1) / p.group + 1;
-                run_item(&p, &s, &it);
-            }
-            free(s.kt);
+        for (int64_t i = 0; i < num_items; i++) {
+            if (!ready) continue;
+            Item it;
+            int b = items[i * 3 + 0], blk = items[i * 3 + 1], unused;
+            it.start = cu_seqlens[b];
+            it.len = (int)(cu_seqlens[b + 1] - it.start);
+            int blocks = (it.len + block_rows - 1) / block_rows;
+            int per = (it.len + blocks - 1) / blocks; /* equal split of the sequence's rows */
+            it.r0 = blk * per;
+            it.r1 = it.r0 + per < it.len ? it.r0 + per : it.len;
+            if (it.r0 >= it.r1) continue;
+            key_range(&p, it.r0, it.len, &it.j0, &unused);
+            key_range(&p, it.r1 - 1, it.len, &unused, &it.j1);
+            it.h0 = items[i * 3 + 2];
+            it.h1 = it.h0 + heads_per_item < num_heads ? it.h0 + heads_per_item : num_heads;
+            it.kh0 = it.h0 / p.group;
+            it.kh1 = (it.h1 - 1) / p.group + 1;
+            run_item(&p, &s, &it);
         }
+        if (ready) free(s.kt);
     }
     free(items);
     return failed ? -1 : 0;
