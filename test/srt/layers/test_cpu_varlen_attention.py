@@ -158,6 +158,12 @@ def test_rejects_what_it_cannot_read(kernel):
         _run(kernel, q.t().contiguous().t(), k, v, [4], 2, 2, 16)
     with pytest.raises(ValueError, match="q's dtype"):
         _run(kernel, q, k.bfloat16(), v, [4], 2, 2, 16)
+    with pytest.raises(ValueError, match="shapes do not match"):
+        _run(kernel, q, k[:, :16], v[:, :16], [4], 2, 2, 16)
+    with pytest.raises(ValueError, match="head layout"):
+        _run(kernel, q, k, v, [4], 2, 3, 16)
+    with pytest.raises(ValueError, match=r"within \[0, 4\]"):
+        _run(kernel, q, k, v, [3, 2], 2, 2, 16)  # rows 3..5 of a 4-row batch
 
 
 OUT_OF_MEMORY = """

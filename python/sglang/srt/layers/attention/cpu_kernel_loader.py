@@ -130,8 +130,19 @@ class VarlenAttentionKernel:
                                  f"and q's dtype; got {x.dtype} {tuple(x.shape)} stride {x.stride()}")
         if q.dtype not in DTYPE_CODES:
             raise ValueError(f"the CPU attention kernel handles float32 and bfloat16, not {q.dtype}")
-        if cu_seqlens.dtype != torch.int64 or not cu_seqlens.is_contiguous():
-            raise ValueError("cu_seqlens must be a contiguous int64 tensor")
+        if cu_seqlens.dtype != torch.int64 or not cu_seqlens.is_contiguous() or cu_seqlens.numel() < 1:
+            raise ValueError("cu_seqlens must be a non-empty contiguous int64 tensor")
+        # The C side trusts these: every row it touches must exist.
+        tokens = q.shape[0]
+        if num_heads < 1 or num_kv_heads < 1 or head_dim < 1 or num_heads % num_kv_heads:
+            raise ValueError(f"bad head layout: {num_heads} heads, {num_kv_heads} kv heads, head_dim {head_dim}")
+        if (q.shape[1] != num_heads * head_dim or out.shape != q.shape
+                or k.shape != (tokens, num_kv_heads * head_dim) or v.shape != k.shape):
+            raise ValueError(f"shapes do not match {num_heads} x {head_dim} query and {num_kv_heads} kv heads: "
+                             f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, out {tuple(out.shape)}")
+        lowest, highest = torch.aminmax(cu_seqlens)
+        if int(lowest) < 0 or int(highest) > tokens:
+            raise ValueError(f"cu_seqlens must lie within [0, {tokens}]")
         rc = self._fn(
             q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), DTYPE_CODES[q.dtype],
             cu_seqlens.data_ptr(), cu_seqlens.numel() - 1, num_heads, num_kv_heads, head_dim,
