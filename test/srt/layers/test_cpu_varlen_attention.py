@@ -74,6 +74,21 @@ def test_bfloat16_is_as_close_as_torch_sdpa(kernel, case):
     assert ours_err <= sdpa_err + 2 ** -8, (ours_err, sdpa_err)
 
 
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_long_sequences_go_to_sdpa_in_the_same_layer(kernel, case):
+    """With a limit of 6 tokens, the 9- and 12-token sequences of the mix run through SDPA."""
+    check_backend(CpuVarlenAttnBackend(kernel, max_kernel_len=6), case, "mixed")
+
+
+def test_default_limits_by_dtype(kernel):
+    assert CpuVarlenAttnBackend.for_dtype(kernel, torch.float32).max_kernel_len == 256
+    assert CpuVarlenAttnBackend.for_dtype(kernel, torch.bfloat16).max_kernel_len == 512
+    backend = CpuVarlenAttnBackend.for_dtype(kernel, torch.float32)
+    check_backend(backend, "gqa_causal", [300, 7, 256, 257, 1])  # 300 and 257 take the SDPA path
+    fb = make_batch([300, 7, 256, 257, 1], backend)
+    assert [g.span for g in fb.attn_metadata.long_groups] == [(0, 300), (563, 820)]
+
+
 def test_custom_scaling(kernel):
     check_backend(CpuVarlenAttnBackend(kernel), "bidirectional", "mixed", scaling=0.05)
 
@@ -135,6 +150,18 @@ def test_many_sequences_take_whole_sequence_items(kernel):
     q, k, v = make_inputs(seq_lens, heads, heads, d, seed=7)
     out = _run(kernel, q, k, v, seq_lens, heads, heads, d, num_threads=2)
     assert _error(out, q, k, v, seq_lens, heads, heads, d) < 1e-5
+
+
+def test_sequences_over_max_seq_len_are_left_untouched(kernel):
+    seq_lens, heads, d = [4, 20, 3], 2, 16
+    q, k, v = make_inputs(seq_lens, heads, heads, d, seed=9)
+    out = torch.full((sum(seq_lens), heads * d), 7.0)
+    kernel(q, k, v, out, _cu(seq_lens), num_heads=heads, num_kv_heads=heads, head_dim=d, scale=d**-0.5,
+           causal=False, window=None, max_seq_len=10)
+    assert torch.all(out[4:24] == 7.0)
+    ref = reference_attention(q, k, v, seq_lens, heads, heads, d, False, None, d**-0.5)
+    for rows in (slice(0, 4), slice(24, 27)):
+        assert torch.allclose(out[rows].double(), ref[rows], atol=1e-5)
 
 
 def test_tiny_scratch_budget_still_covers_every_head(kernel):

@@ -93,7 +93,7 @@ def _cpu_varlen_backend(model_config: ModelConfig) -> "AttentionBackend | str":
     if model_config.dtype not in SUPPORTED_DTYPES:
         return f"the CPU kernel handles float32 and bfloat16, not {str(model_config.dtype).replace('torch.', '')}"
     kernel, why = load_kernel()
-    return CpuVarlenAttnBackend(kernel) if kernel is not None else why
+    return CpuVarlenAttnBackend.for_dtype(kernel, model_config.dtype) if kernel is not None else why
 
 
 def configure_cpu_threads(requested: Optional[int]) -> int:

@@ -116,14 +116,18 @@ class VarlenAttentionKernel:
         self._fn = ctypes.CDLL(str(path)).sgl_varlen_attention
         i64, i32 = ctypes.c_int64, ctypes.c_int
         self._fn.argtypes = [ctypes.c_void_p] * 4 + [i32, ctypes.c_void_p] + [i32] * 4 + [i64] * 4 + [
-            ctypes.c_float, i32, i32, i32, i64, i32]
+            ctypes.c_float, i32, i32, i32, i64, i32, i32]
         self._fn.restype = i32
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  cu_seqlens: torch.Tensor, *, num_heads: int, num_kv_heads: int, head_dim: int,
                  scale: float, causal: bool, window: Optional[int], block_rows: int = 64,
-                 scratch_budget: int = 1 << 20, num_threads: Optional[int] = None) -> torch.Tensor:
-        """out[T, H*D] = attention of q[T, H*D] over k, v[T, Hk*D]; rows of each must be dense."""
+                 scratch_budget: int = 1 << 20, max_seq_len: int = 0,
+                 num_threads: Optional[int] = None) -> torch.Tensor:
+        """out[T, H*D] = attention of q[T, H*D] over k, v[T, Hk*D]; rows of each must be dense.
+
+        Sequences longer than `max_seq_len` (when > 0) are skipped: their rows of `out` are left
+        as they were, for the caller to fill."""
         for name, x in (("q", q), ("k", k), ("v", v), ("out", out)):
             if x.device.type != "cpu" or x.dtype != q.dtype or x.dim() != 2 or x.stride(1) != 1:
                 raise ValueError(f"{name} must be a CPU [tokens, heads*head_dim] tensor with dense rows "
@@ -147,7 +151,7 @@ class VarlenAttentionKernel:
             q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), DTYPE_CODES[q.dtype],
             cu_seqlens.data_ptr(), cu_seqlens.numel() - 1, num_heads, num_kv_heads, head_dim,
             q.stride(0), k.stride(0), v.stride(0), out.stride(0), scale, int(causal), window or 0,
-            block_rows, scratch_budget, num_threads or torch.get_num_threads(),
+            block_rows, scratch_budget, max_seq_len, num_threads or torch.get_num_threads(),
         )
         if rc != 0:
             raise MemoryError("the CPU attention kernel could not allocate its scratch memory")

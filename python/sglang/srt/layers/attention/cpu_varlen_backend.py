@@ -3,18 +3,22 @@
 The whole batch's packed q/k/v go to the kernel with the sequences' offsets; no padding, no
 gathers, no per-sequence Python loop. The kernel covers what embedding models use on CPU:
 float32 and bfloat16, multi-head and grouped-query attention, bidirectional or causal, with or
-without a sliding window, any head size. benchmark/bench_attention_cpu.py compares it with torch's
-SDPA (TorchNativeAttnBackend); benchmark/NOTES.md keeps the numbers.
+without a sliding window, any head size. It wins where sequences are short, which is where
+embedding traffic lives; beyond a few hundred tokens torch's SDPA (GEMM-based flash attention)
+is faster, so sequences longer than `max_kernel_len` go to it, as unpadded views, in the same
+layer. benchmark/bench_attention_cpu.py compares the two; benchmark/NOTES.md keeps the numbers.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
 
 from sglang.srt.layers.attention.base import AttentionBackend
 from sglang.srt.layers.attention.cpu_kernel_loader import DTYPE_CODES, VarlenAttentionKernel
+from sglang.srt.layers.attention.torch_native_backend import AttnGroup, TorchNativeAttnBackend
 
 if TYPE_CHECKING:
     from sglang.srt.layers.attention.layer import AttentionLayer
@@ -24,30 +28,53 @@ if TYPE_CHECKING:
 # typical 20-100-token one stays one item per head (its keys are staged once).
 BLOCK_ROWS = 64
 SUPPORTED_DTYPES = tuple(DTYPE_CODES)
+# Longest sequence the kernel takes, per dtype: where it and SDPA cross over on the 2-core
+# avx512_bf16 machine (head_dim 32-128; benchmark/NOTES.md). bf16 dot products keep it ahead
+# longer than float32 FMAs do.
+MAX_KERNEL_LEN = {torch.float32: 256, torch.bfloat16: 512}
+
+
+@dataclass
+class CpuVarlenMetadata:
+    cu_seqlens: torch.Tensor  # [num_seqs + 1] int64, on the CPU
+    long_groups: list[AttnGroup] = field(default_factory=list)  # sequences for SDPA, one view each
 
 
 class CpuVarlenAttnBackend(AttentionBackend):
     name = "cpu_varlen"
 
-    def __init__(self, kernel: VarlenAttentionKernel) -> None:
+    def __init__(self, kernel: VarlenAttentionKernel, max_kernel_len: int = 0) -> None:
         self.kernel = kernel
+        self.max_kernel_len = max_kernel_len  # 0: every sequence goes to the kernel
+        self.sdpa = TorchNativeAttnBackend()
+
+    @classmethod
+    def for_dtype(cls, kernel: VarlenAttentionKernel, dtype: torch.dtype) -> "CpuVarlenAttnBackend":
+        return cls(kernel, MAX_KERNEL_LEN.get(dtype, 0))
 
     def init_forward_metadata(self, forward_batch: "ForwardBatch") -> None:
         lens = forward_batch.seq_lens_cpu
         cu = [0] * (len(lens) + 1)
         for i, n in enumerate(lens):
             cu[i + 1] = cu[i] + n
-        forward_batch.attn_metadata = torch.tensor(cu, dtype=torch.int64)
+        limit = self.max_kernel_len
+        long_groups = [AttnGroup(1, n, (cu[i], cu[i + 1])) for i, n in enumerate(lens) if limit and n > limit]
+        forward_batch.attn_metadata = CpuVarlenMetadata(torch.tensor(cu, dtype=torch.int64), long_groups)
 
     @staticmethod
     def _dense_rows(x: torch.Tensor) -> torch.Tensor:
         return x if x.stride(-1) == 1 else x.contiguous()
 
     def forward(self, q, k, v, layer: "AttentionLayer", forward_batch: "ForwardBatch") -> torch.Tensor:
+        meta: CpuVarlenMetadata = forward_batch.attn_metadata
         q, k, v = self._dense_rows(q), self._dense_rows(k), self._dense_rows(v)
         out = torch.empty(q.shape, dtype=q.dtype)
-        return self.kernel(
-            q, k, v, out, forward_batch.attn_metadata,
+        self.kernel(
+            q, k, v, out, meta.cu_seqlens,
             num_heads=layer.num_heads, num_kv_heads=layer.num_kv_heads, head_dim=layer.head_dim,
             scale=layer.scaling, causal=layer.causal, window=layer.sliding_window, block_rows=BLOCK_ROWS,
+            max_seq_len=self.max_kernel_len,
         )
+        if meta.long_groups:
+            self.sdpa.run_groups(q, k, v, layer, meta.long_groups, out)
+        return out

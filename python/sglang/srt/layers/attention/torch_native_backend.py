@@ -118,10 +118,13 @@ class TorchNativeAttnBackend(AttentionBackend):
         return mask
 
     def forward(self, q, k, v, layer: "AttentionLayer", forward_batch: "ForwardBatch") -> torch.Tensor:
+        return self.run_groups(q, k, v, layer, forward_batch.attn_metadata, torch.empty_like(q))
+
+    def run_groups(self, q, k, v, layer: "AttentionLayer", groups: list[AttnGroup], out: torch.Tensor) -> torch.Tensor:
+        """SDPA for each group, written into its rows of `out` (other rows are left as they are)."""
         h, hk, d = layer.num_heads, layer.num_kv_heads, layer.head_dim
         gqa = hk != h
-        out = torch.empty_like(q)
-        for group in forward_batch.attn_metadata:
+        for group in groups:
             g, lmax = group.num_seqs, group.max_len
             if group.span is not None:
                 s, e = group.span

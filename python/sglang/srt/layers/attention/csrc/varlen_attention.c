@@ -116,6 +116,12 @@ static void run_item(const Problem *p, Scratch *s, const Item *it) {
                        s->os + (size_t)(i - it->r0) * nq);
 }
 
+/* Length of sequence b, or 0 when it is longer than max_seq_len (> 0) and so not ours. */
+static inline int seq_len(const int64_t *cu_seqlens, int b, int max_seq_len) {
+    int len = (int)(cu_seqlens[b + 1] - cu_seqlens[b]);
+    return (max_seq_len > 0 && len > max_seq_len) || len < 0 ? 0 : len;
+}
+
 /* Rows of one item when the batch has enough sequences to share out whole: splitting a sequence
  * then only repeats the staging of its keys (every block of a bidirectional sequence needs all
  * of them). The cap bounds the per-thread query and output scratch. */
@@ -125,23 +131,26 @@ static void run_item(const Problem *p, Scratch *s, const Item *it) {
  * incomplete). block_rows caps the query rows of one work item when there are fewer sequences
  * than 4 items per thread, so that one long sequence still spreads over every thread;
  * scratch_budget caps the bytes of keys and values one item stages, which decides how many heads
- * an item takes. */
+ * an item takes. Sequences longer than max_seq_len (when > 0) are left alone, rows untouched: the
+ * caller runs those elsewhere (beyond a few hundred tokens a GEMM-based kernel is faster). */
 int sgl_varlen_attention(const void *q, const void *k, const void *v, void *out, int dtype,
                          const int64_t *cu_seqlens, int num_seqs, int num_heads, int num_kv_heads,
                          int head_dim, int64_t q_stride, int64_t k_stride, int64_t v_stride,
                          int64_t o_stride, float scale, int causal, int window, int block_rows,
-                         int64_t scratch_budget, int num_threads) {
+                         int64_t scratch_budget, int max_seq_len, int num_threads) {
     Problem p = {q, k, v, out, dtype, head_dim, round_up(head_dim, VL), num_heads / num_kv_heads,
                  q_stride, k_stride, v_stride, o_stride, scale, causal, window};
     if (num_threads < 1) num_threads = 1;
     int64_t want = 4 * (int64_t)num_threads; /* items that keep every thread busy to the end */
-    if (num_seqs >= want && block_rows < WHOLE_SEQUENCE_ROWS) block_rows = WHOLE_SEQUENCE_ROWS;
+    int ours = 0; /* sequences this call attends */
+    for (int b = 0; b < num_seqs; b++) ours += seq_len(cu_seqlens, b, max_seq_len) > 0;
+    if (ours >= want && block_rows < WHOLE_SEQUENCE_ROWS) block_rows = WHOLE_SEQUENCE_ROWS;
     if (block_rows < QROWS) block_rows = QROWS;
 
     int64_t units = 0; /* (sequence, row block) pairs */
     int max_len = 0;
     for (int b = 0; b < num_seqs; b++) {
-        int len = (int)(cu_seqlens[b + 1] - cu_seqlens[b]);
+        int len = seq_len(cu_seqlens, b, max_seq_len);
         if (len > max_len) max_len = len;
         units += (len + block_rows - 1) / block_rows;
     }
@@ -170,7 +179,7 @@ int sgl_varlen_attention(const void *q, const void *k, const void *v, void *out,
     if (!items) return -1;
     int64_t at = 0;
     for (int b = 0; b < num_seqs; b++) {
-        int len = (int)(cu_seqlens[b + 1] - cu_seqlens[b]);
+        int len = seq_len(cu_seqlens, b, max_seq_len);
         int blocks = (len + block_rows - 1) / block_rows;
         for (int blk = 0; blk < blocks; blk++)
             for (int hc = 0; hc < head_chunks; hc++) {
