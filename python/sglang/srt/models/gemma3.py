@@ -34,6 +34,7 @@ from sglang.srt.layers.linear import Linear, MergedLinear, QKVLinear, default_we
 from sglang.srt.layers.rotary_embedding import RotaryEmbedding
 from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_loader.weight_utils import load_decoder_weights
+from sglang.srt.models.llama import rotary_self_attention
 
 SLIDING, FULL = "sliding_attention", "full_attention"
 
@@ -96,12 +97,7 @@ class Gemma3Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, cos_sin: torch.Tensor, rotary: RotaryEmbedding,
                 fb: ForwardBatch) -> torch.Tensor:
-        q, k, v = self.qkv_proj.split(self.qkv_proj(x))
-        t = x.shape[0]
-        q = self.q_norm(q.reshape(t, -1, self.head_dim)).reshape(t, -1)
-        k = self.k_norm(k.reshape(t, -1, self.head_dim)).reshape(t, -1)
-        q, k = rotary.rotate(q, cos_sin), rotary.rotate(k, cos_sin)
-        return self.o_proj(self.attn(q, k, v, fb))
+        return rotary_self_attention(self, x, cos_sin, rotary, fb)
 
 
 class Gemma3MLP(nn.Module):

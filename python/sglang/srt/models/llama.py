@@ -56,22 +56,28 @@ class DecoderAttention(nn.Module):
         self.head_dim = head_dim_of(config)
         self.qkv_proj = QKVLinear(hidden, self.head_dim, heads, kv_heads, bias=opts.qkv_bias)
         self.o_proj = Linear(heads * self.head_dim, hidden, bias=opts.o_bias)
-        if opts.qk_norm:
-            self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
-            self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
-        self.qk_norm = opts.qk_norm
+        self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if opts.qk_norm else None
+        self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if opts.qk_norm else None
         self.attn = AttentionLayer(heads, self.head_dim, kv_heads, causal=True,
                                    sliding_window=sliding_window_of(config, layer_id), layer_id=layer_id)
 
     def forward(self, x: torch.Tensor, cos_sin: torch.Tensor, rotary: RotaryEmbedding,
                 fb: ForwardBatch) -> torch.Tensor:
-        q, k, v = self.qkv_proj.split(self.qkv_proj(x))
-        if self.qk_norm:
-            t = x.shape[0]
-            q = self.q_norm(q.reshape(t, -1, self.head_dim)).reshape(t, -1)
-            k = self.k_norm(k.reshape(t, -1, self.head_dim)).reshape(t, -1)
-        q, k = rotary.rotate(q, cos_sin), rotary.rotate(k, cos_sin)
-        return self.o_proj(self.attn(q, k, v, fb))
+        return rotary_self_attention(self, x, cos_sin, rotary, fb)
+
+
+def rotary_self_attention(m: nn.Module, x: torch.Tensor, cos_sin: torch.Tensor, rotary: RotaryEmbedding,
+                          fb: ForwardBatch) -> torch.Tensor:
+    """A decoder attention block's forward: fused qkv, optional per-head q/k RMSNorm (Qwen3,
+    Gemma3), RoPE, attention, output projection. `m` has qkv_proj, q_norm / k_norm (or None),
+    head_dim, attn and o_proj."""
+    q, k, v = m.qkv_proj.split(m.qkv_proj(x))
+    if m.q_norm is not None:
+        t = x.shape[0]
+        q = m.q_norm(q.reshape(t, -1, m.head_dim)).reshape(t, -1)
+        k = m.k_norm(k.reshape(t, -1, m.head_dim)).reshape(t, -1)
+    q, k = rotary.rotate(q, cos_sin), rotary.rotate(k, cos_sin)
+    return m.o_proj(m.attn(q, k, v, fb))
 
 
 class DecoderMLP(nn.Module):
