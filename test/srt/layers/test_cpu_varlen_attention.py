@@ -38,7 +38,7 @@ def kernel():
 
 
 def _cu(seq_lens):
-    return torch.tensor([0] + list(torch.tensor(seq_lens).cumsum(0).tolist()), dtype=torch.int64)
+    return torch.tensor([0] + list(torch.tensor(seq_lens).cumsum(0).tolist()), dtype=torch.int32)
 
 
 def _run(kernel, q, k, v, seq_lens, heads, kv_heads, head_dim, causal=False, window=None, **kw):
@@ -86,7 +86,7 @@ def test_default_limits_by_dtype(kernel):
     backend = CpuVarlenAttnBackend.for_dtype(kernel, torch.float32)
     check_backend(backend, "gqa_causal", [300, 7, 256, 257, 1])  # 300 and 257 take the SDPA path
     fb = make_batch([300, 7, 256, 257, 1], backend)
-    assert [g.span for g in fb.attn_metadata.long_groups] == [(0, 300), (563, 820)]
+    assert [g.span for g in fb.attn_metadata] == [(0, 300), (563, 820)]
 
 
 def test_custom_scaling(kernel):
@@ -189,6 +189,9 @@ def test_rejects_what_it_cannot_read(kernel):
         _run(kernel, q, k[:, :16], v[:, :16], [4], 2, 2, 16)
     with pytest.raises(ValueError, match="head layout"):
         _run(kernel, q, k, v, [4], 2, 3, 16)
+    with pytest.raises(ValueError, match="int32 CPU tensor"):
+        kernel(q, k, v, torch.empty_like(q), torch.tensor([0, 4]), num_heads=2, num_kv_heads=2, head_dim=16,
+               scale=0.25, causal=False, window=None)
     with pytest.raises(ValueError, match=r"within \[0, 4\]"):
         _run(kernel, q, k, v, [3, 2], 2, 2, 16)  # rows 3..5 of a 4-row batch
 
@@ -206,7 +209,7 @@ out = torch.empty_like(q)
 vsz = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
 resource.setrlimit(resource.RLIMIT_AS, (vsz + (64 << 20), resource.RLIM_INFINITY))
 try:
-    kernel(q, q, q, out, torch.tensor([0, L]), num_heads=H, num_kv_heads=H, head_dim=D, scale=0.1,
+    kernel(q, q, q, out, torch.tensor([0, L], dtype=torch.int32), num_heads=H, num_kv_heads=H, head_dim=D, scale=0.1,
            causal=False, window=None)
 except MemoryError as e:
     print("MemoryError:", e)

@@ -48,8 +48,9 @@ def cache_dir() -> Path:
 
 def find_compiler() -> Optional[str]:
     for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
-        if name and shutil.which(name):
-            return shutil.which(name)
+        path = shutil.which(name) if name else None
+        if path:
+            return path
     return None
 
 
@@ -134,8 +135,9 @@ class VarlenAttentionKernel:
                                  f"and q's dtype; got {x.dtype} {tuple(x.shape)} stride {x.stride()}")
         if q.dtype not in DTYPE_CODES:
             raise ValueError(f"the CPU attention kernel handles float32 and bfloat16, not {q.dtype}")
-        if cu_seqlens.dtype != torch.int64 or not cu_seqlens.is_contiguous() or cu_seqlens.numel() < 1:
-            raise ValueError("cu_seqlens must be a non-empty contiguous int64 tensor")
+        if (cu_seqlens.dtype != torch.int32 or cu_seqlens.device.type != "cpu" or not cu_seqlens.is_contiguous()
+                or cu_seqlens.numel() < 1):
+            raise ValueError("cu_seqlens must be a non-empty contiguous int32 CPU tensor (ForwardBatch.cu_seqlens)")
         # The C side trusts these: every row it touches must exist.
         tokens = q.shape[0]
         if num_heads < 1 or num_kv_heads < 1 or head_dim < 1 or num_heads % num_kv_heads:

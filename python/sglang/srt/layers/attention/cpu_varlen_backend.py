@@ -11,7 +11,7 @@ layer. benchmark/bench_attention_cpu.py compares the two; benchmark/NOTES.md kee
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import itertools
 from typing import TYPE_CHECKING
 
 import torch
@@ -34,12 +34,6 @@ SUPPORTED_DTYPES = tuple(DTYPE_CODES)
 MAX_KERNEL_LEN = {torch.float32: 256, torch.bfloat16: 512}
 
 
-@dataclass
-class CpuVarlenMetadata:
-    cu_seqlens: torch.Tensor  # [num_seqs + 1] int64, on the CPU
-    long_groups: list[AttnGroup] = field(default_factory=list)  # sequences for SDPA, one view each
-
-
 class CpuVarlenAttnBackend(AttentionBackend):
     name = "cpu_varlen"
 
@@ -53,28 +47,29 @@ class CpuVarlenAttnBackend(AttentionBackend):
         return cls(kernel, MAX_KERNEL_LEN.get(dtype, 0))
 
     def init_forward_metadata(self, forward_batch: "ForwardBatch") -> None:
-        lens = forward_batch.seq_lens_cpu
-        cu = [0] * (len(lens) + 1)
-        for i, n in enumerate(lens):
-            cu[i + 1] = cu[i] + n
-        limit = self.max_kernel_len
-        long_groups = [AttnGroup(1, n, (cu[i], cu[i + 1])) for i, n in enumerate(lens) if limit and n > limit]
-        forward_batch.attn_metadata = CpuVarlenMetadata(torch.tensor(cu, dtype=torch.int64), long_groups)
+        """The kernel reads the batch's own cu_seqlens; only sequences over the limit need a plan."""
+        limit, lens = self.max_kernel_len, forward_batch.seq_lens_cpu
+        long_groups = []
+        if limit and max(lens, default=0) > limit:
+            for start, n in zip(itertools.accumulate(lens, initial=0), lens):
+                if n > limit:
+                    long_groups.append(AttnGroup(1, n, (start, start + n)))
+        forward_batch.attn_metadata = long_groups
 
     @staticmethod
     def _dense_rows(x: torch.Tensor) -> torch.Tensor:
         return x if x.stride(-1) == 1 else x.contiguous()
 
     def forward(self, q, k, v, layer: "AttentionLayer", forward_batch: "ForwardBatch") -> torch.Tensor:
-        meta: CpuVarlenMetadata = forward_batch.attn_metadata
+        long_groups: list[AttnGroup] = forward_batch.attn_metadata
         q, k, v = self._dense_rows(q), self._dense_rows(k), self._dense_rows(v)
         out = torch.empty(q.shape, dtype=q.dtype)
         self.kernel(
-            q, k, v, out, meta.cu_seqlens,
+            q, k, v, out, forward_batch.cu_seqlens,
             num_heads=layer.num_heads, num_kv_heads=layer.num_kv_heads, head_dim=layer.head_dim,
             scale=layer.scaling, causal=layer.causal, window=layer.sliding_window, block_rows=BLOCK_ROWS,
             max_seq_len=self.max_kernel_len,
         )
-        if meta.long_groups:
-            self.sdpa.run_groups(q, k, v, layer, meta.long_groups, out)
+        if long_groups:
+            self.sdpa.run_groups(q, k, v, layer, long_groups, out)
         return out

@@ -117,8 +117,8 @@ static void run_item(const Problem *p, Scratch *s, const Item *it) {
 }
 
 /* Length of sequence b, or 0 when it is longer than max_seq_len (> 0) and so not ours. */
-static inline int seq_len(const int64_t *cu_seqlens, int b, int max_seq_len) {
-    int len = (int)(cu_seqlens[b + 1] - cu_seqlens[b]);
+static inline int seq_len(const int32_t *cu_seqlens, int b, int max_seq_len) {
+    int len = cu_seqlens[b + 1] - cu_seqlens[b];
     return (max_seq_len > 0 && len > max_seq_len) || len < 0 ? 0 : len;
 }
 
@@ -134,7 +134,7 @@ static inline int seq_len(const int64_t *cu_seqlens, int b, int max_seq_len) {
  * an item takes. Sequences longer than max_seq_len (when > 0) are left alone, rows untouched: the
  * caller runs those elsewhere (beyond a few hundred tokens a GEMM-based kernel is faster). */
 int sgl_varlen_attention(const void *q, const void *k, const void *v, void *out, int dtype,
-                         const int64_t *cu_seqlens, int num_seqs, int num_heads, int num_kv_heads,
+                         const int32_t *cu_seqlens, int num_seqs, int num_heads, int num_kv_heads,
                          int head_dim, int64_t q_stride, int64_t k_stride, int64_t v_stride,
                          int64_t o_stride, float scale, int causal, int window, int block_rows,
                          int64_t scratch_budget, int max_seq_len, int num_threads) {
