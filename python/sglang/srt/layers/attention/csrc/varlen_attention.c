@@ -79,11 +79,8 @@ static void attend_head(const Problem *p, Scratch *s, const Item *it, int head) 
         softmax_rows(probs, np, rowmax, inv_sum, 0);
 
         /* Weighted sum of values, one vector of head dims at a time for four rows. */
-        int jlo = lo[0], jhi = hi[0];
-        for (int rr = 1; rr < QROWS; rr++) {
-            jlo = lo[rr] < jlo ? lo[rr] : jlo;
-            jhi = hi[rr] > jhi ? hi[rr] : jhi;
-        }
+        int jlo, jhi;
+        group_key_span(lo, hi, &jlo, &jhi);
         for (int dc = 0; dc < Dp; dc += VL) {
             vf acc[QROWS];
             for (int rr = 0; rr < QROWS; rr++) acc[rr] = vsplat(0.0f);
@@ -93,10 +90,7 @@ static void attend_head(const Problem *p, Scratch *s, const Item *it, int head) 
             }
             for (int rr = 0; rr < QROWS; rr++) vstore(s->acc + (size_t)rr * Dp + dc, acc[rr] * inv_sum[rr]);
         }
-        for (int rr = 0; rr < rows; rr++) {
-            float *orow = s->os + (size_t)(r + rr - it->r0) * nq + hoff;
-            for (int d = 0; d < D; d++) orow[d] = s->acc[(size_t)rr * Dp + d];
-        }
+        keep_head_rows(p, s, it, r, rows, head);
     }
 }
 

@@ -84,11 +84,8 @@ static void attend_head_pairs(const Problem *p, Scratch *s, const Item *it, int 
                 _mm256_storeu_si256((__m256i *)(pbf + (size_t)rr * np + jb),
                                     (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(probs + (size_t)rr * np + jb)));
 
-        int jlo = lo[0], jhi = hi[0];
-        for (int rr = 1; rr < QROWS; rr++) {
-            jlo = lo[rr] < jlo ? lo[rr] : jlo;
-            jhi = hi[rr] > jhi ? hi[rr] : jhi;
-        }
+        int jlo, jhi;
+        group_key_span(lo, hi, &jlo, &jhi);
         const int jp0 = jlo / 2, jp1 = (jhi + 1) / 2; /* key pairs; probabilities outside are 0 */
         for (int dc = 0; dc < Dp; dc += VL) {
             __m512 acc[QROWS];
@@ -100,10 +97,7 @@ static void attend_head_pairs(const Problem *p, Scratch *s, const Item *it, int 
             }
             for (int rr = 0; rr < QROWS; rr++) vstore(s->acc + (size_t)rr * Dp + dc, (vf)acc[rr] * inv_sum[rr]);
         }
-        for (int rr = 0; rr < rows; rr++) {
-            float *orow = s->os + (size_t)(r + rr - it->r0) * nq + hoff;
-            for (int d = 0; d < D; d++) orow[d] = s->acc[(size_t)rr * Dp + d];
-        }
+        keep_head_rows(p, s, it, r, rows, head);
     }
 }
 

@@ -232,6 +232,25 @@ static inline int row_group(const Problem *p, const Item *it, int r, int *qrow, 
     return rows;
 }
 
+/* Keys [*jlo, *jhi) that any of the group's rows may attend (the weighted sum's loop bounds). */
+static inline void group_key_span(const int *lo, const int *hi, int *jlo, int *jhi) {
+    *jlo = lo[0];
+    *jhi = hi[0];
+    for (int rr = 1; rr < QROWS; rr++) {
+        *jlo = lo[rr] < *jlo ? lo[rr] : *jlo;
+        *jhi = hi[rr] > *jhi ? hi[rr] : *jhi;
+    }
+}
+
+/* Move the group's finished rows of one head from s->acc to the item's output rows. */
+static inline void keep_head_rows(const Problem *p, Scratch *s, const Item *it, int r, int rows, int head) {
+    const int D = p->head_dim, Dp = p->head_dim_pad, nq = (it->h1 - it->h0) * D;
+    for (int rr = 0; rr < rows; rr++) {
+        float *orow = s->os + (size_t)(r + rr - it->r0) * nq + (size_t)(head - it->h0) * D;
+        for (int d = 0; d < D; d++) orow[d] = s->acc[(size_t)rr * Dp + d];
+    }
+}
+
 #if defined(__AVX512BF16__) && defined(__AVX512F__)
 /* bfloat16 inputs on CPUs with avx512_bf16 (varlen_attention_bf16.c): stage and attend one item
  * with bf16 dot products, leaving float32 output rows in s->os like the float32 path. */
