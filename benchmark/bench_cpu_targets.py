@@ -49,7 +49,7 @@ def peer_texts_per_s(texts: list[str], seconds: float) -> float:
 
 
 def load_level(url: str, concurrency: int, requests: int, encoding: str, max_words: int | None,
-               client: str = "lean") -> dict[str, Any]:
+               client: str) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         argv = ["--url", url, "--concurrency", str(concurrency), "--num-requests", str(requests), "--warmup", "32",
                 "--encoding-format", encoding, "--no-progress", "--client", client, "--output-json", out.name]
@@ -76,7 +76,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=600, help="requests per concurrency level")
     ap.add_argument("--encoding-format", default="base64", choices=["float", "base64"],
                     help="base64 is what the official openai client asks for")
-    ap.add_argument("--client", default="lean", choices=["lean", "httpx"],
+    ap.add_argument("--client", default=bench_serving.CLIENTS[0], choices=bench_serving.CLIENTS,
                     help="bench_serving's HTTP client (lean: least CPU taken from the server)")
     ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated names from: " + ", ".join(CONFIGS))
     ap.add_argument("--output-json", default=None)

@@ -52,6 +52,7 @@ except ImportError:
 
 DEFAULT_TEXTS = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "test", "data", "texts.json"))
 Post = Callable[[dict], Awaitable[tuple[Any, Optional[dict]]]]  # payload -> (status, JSON body if 200)
+CLIENTS = ("lean", "httpx")  # --client: lean first, the default
 
 
 @dataclass
@@ -373,7 +374,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--output-json", default=None, help="write all levels, the machine and the command here")
     p.add_argument("--plot", default=None, help="PNG of p50/p99 latency vs throughput (needs matplotlib)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--client", default="lean", choices=["lean", "httpx"],
+    p.add_argument("--client", default=CLIENTS[0], choices=CLIENTS,
                    help="lean: asyncio + httptools on uvloop (least CPU); httpx: the general-purpose client")
     p.add_argument("--launch", action="store_true", help="start our server on a free port; stop it at the end")
     p.add_argument("--server-args", default="", help='extra flags for the launched server, e.g. "--dtype bfloat16"')
