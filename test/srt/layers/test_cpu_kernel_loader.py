@@ -6,6 +6,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 
 import pytest
 
@@ -81,6 +82,18 @@ def test_unwritable_cache_is_a_reason(monkeypatch, tmp_path):
         assert built.path is None and "not writable" in built.reason
 
 
+@needs_compiler
+def test_read_only_cache_is_a_reason(cache, monkeypatch):
+    cache.mkdir(parents=True)
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(loader.tempfile, "mkstemp", refuse)  # chmod does not stop root, which CI may be
+    built = loader.build_kernel()
+    assert built.path is None and "not writable" in built.reason
+
+
 def test_cache_dir_defaults(monkeypatch, tmp_path):
     monkeypatch.delenv("SGLANG_KERNEL_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
@@ -96,6 +109,6 @@ def test_library_is_usable_from_a_fresh_process(cache):
     code = ("import torch\nfrom sglang.srt.layers.attention.cpu_kernel_loader import load_kernel\n"
             "k, why = load_kernel()\nassert k is not None, why\nprint(k.path)\n")
     env = dict(os.environ, SGLANG_KERNEL_CACHE=str(cache))
-    done = subprocess.run([os.sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(built.path)

@@ -82,14 +82,14 @@ def build_kernel(sources: tuple[Path, ...] = SOURCES, headers: tuple[Path, ...] 
     cc = find_compiler()
     if cc is None:
         return BuildResult(None, "no C compiler found (set CC, or install gcc or clang)")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        return BuildResult(None, f"kernel cache {target.parent} is not writable ({e})")
     errors = []
     for arch in ARCH_FLAG_CHOICES:
         # Build beside the target and rename: concurrent builders never see a half-written file.
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+        except OSError as e:  # missing and uncreatable, or there but read-only
+            return BuildResult(None, f"kernel cache {target.parent} is not writable ({e})")
         os.close(fd)
         cmd = [cc, *BASE_FLAGS, *arch, *(str(f) for f in sources), "-o", tmp]
         try:
