@@ -33,7 +33,7 @@ from sglang.srt.layers.layernorm import RMSNorm
 from sglang.srt.layers.linear import Linear, MergedLinear, QKVLinear, default_weight_loader
 from sglang.srt.layers.rotary_embedding import RotaryEmbedding
 from sglang.srt.model_executor.forward_batch import ForwardBatch
-from sglang.srt.model_loader.weight_utils import load_decoder_weights
+from sglang.srt.model_loader.weight_utils import DECODER_STACKED_PARAMS, load_decoder_weights
 from sglang.srt.models.llama import rotary_self_attention
 
 SLIDING, FULL = "sliding_attention", "full_attention"
@@ -134,13 +134,7 @@ class Gemma3Layer(nn.Module):
 class Gemma3Model(nn.Module):
     """Per-token hidden states [T, hidden] after the final norm; pooling happens in the runner."""
 
-    stacked_params_mapping = [
-        ("qkv_proj.", "q_proj.", "q"),
-        ("qkv_proj.", "k_proj.", "k"),
-        ("qkv_proj.", "v_proj.", "v"),
-        ("gate_up_proj.", "gate_proj.", 0),
-        ("gate_up_proj.", "up_proj.", 1),
-    ]
+    stacked_params_mapping = DECODER_STACKED_PARAMS
     skip_checkpoint_prefixes = ("lm_head.",)
 
     def __init__(self, config, max_positions: Optional[int] = None) -> None:

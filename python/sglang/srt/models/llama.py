@@ -20,7 +20,7 @@ from sglang.srt.layers.layernorm import RMSNorm
 from sglang.srt.layers.linear import Linear, MergedLinear, QKVLinear, default_weight_loader
 from sglang.srt.layers.rotary_embedding import RotaryEmbedding
 from sglang.srt.model_executor.forward_batch import ForwardBatch
-from sglang.srt.model_loader.weight_utils import load_decoder_weights
+from sglang.srt.model_loader.weight_utils import DECODER_STACKED_PARAMS, load_decoder_weights
 from sglang.srt.server_args import ConfigError
 
 
@@ -114,13 +114,7 @@ class LlamaModel(nn.Module):
     Qwen2 and Qwen3 subclass it to change `options`.
     """
 
-    stacked_params_mapping = [
-        ("qkv_proj.", "q_proj.", "q"),
-        ("qkv_proj.", "k_proj.", "k"),
-        ("qkv_proj.", "v_proj.", "v"),
-        ("gate_up_proj.", "gate_proj.", 0),
-        ("gate_up_proj.", "up_proj.", 1),
-    ]
+    stacked_params_mapping = DECODER_STACKED_PARAMS
     # Checkpoint tensors never read from disk: the LM head of *ForCausalLM checkpoints.
     skip_checkpoint_prefixes = ("lm_head.",)
 
