@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sglang.srt.layers.linear import Linear, QKVLinear, prepack_cpu_linears
+from sglang.srt.layers.linear import Linear, QKVLinear, onednn_linear_dtypes, prepack_cpu_linears
 
 needs_onednn = pytest.mark.skipif(
     not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.mkldnn, "_reorder_linear_weight"),
@@ -41,13 +41,24 @@ def test_prepacked_matches_plain_linear(dtype, tol, rows, gelu, bias):
     expected = _reference(x, plain_weight, layer.bias, gelu)
     before = (layer.forward_gelu(x) if gelu else layer(x)).float()
 
-    assert layer.prepack(release_plain=True)
+    packs = dtype in onednn_linear_dtypes()  # bf16 needs AVX-512 or AMX; AVX2 CPUs keep F.linear
+    assert layer.prepack(release_plain=True) == packs
     after = (layer.forward_gelu(x) if gelu else layer(x)).float()
 
     scale = expected.abs().max().item()
     assert (after - expected).abs().max().item() <= tol * scale
     assert (after - before).abs().max().item() <= tol * scale
-    assert layer.weight.numel() == 0 and layer.weight.dtype == dtype  # the plain copy's memory is given back
+    if packs:
+        assert layer.weight.numel() == 0 and layer.weight.dtype == dtype  # the plain copy's memory is given back
+    else:
+        assert layer.packed_weight is None and torch.equal(layer.weight, plain_weight)
+
+
+@needs_onednn
+def test_bfloat16_uses_onednn_only_where_the_cpu_has_bf16_support():
+    supported = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert (torch.bfloat16 in onednn_linear_dtypes()) == supported
+    assert torch.float32 in onednn_linear_dtypes()
 
 
 @needs_onednn

@@ -33,9 +33,16 @@ def _onednn_op(name: str):
     return getattr(torch.ops.mkldnn, name, None)
 
 
+def onednn_linear_dtypes() -> tuple:
+    """The dtypes oneDNN's CPU inner product takes on this CPU: bfloat16 needs AVX-512 (or AMX);
+    on an AVX2-only CPU oneDNN cannot even build a bf16 primitive, so bf16 goes to F.linear."""
+    bf16 = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    return (torch.float32, torch.bfloat16) if bf16 is not None and bf16() else (torch.float32,)
+
+
 _ONEDNN_LINEAR = _onednn_op("_linear_pointwise")
 _ONEDNN_REORDER = _onednn_op("_reorder_linear_weight")
-_ONEDNN_DTYPES = (torch.float32, torch.bfloat16)
+_ONEDNN_DTYPES = onednn_linear_dtypes() if _ONEDNN_LINEAR is not None else ()
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
