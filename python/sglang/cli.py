@@ -28,7 +28,7 @@ def serve(argv: Sequence[str], prog: str = "sglang serve") -> int:
         # Model problems (unsupported architecture, missing --is-embedding, uncached hub id, ...)
         # end start-up here, as one line, before any process is spawned or anything is logged.
         check_model(server_args)
-        from sglang.srt.entrypoints.http_server import launch_server
+        from sglang.srt.entrypoints.launch import launch_server
 
         return launch_server(server_args)
     except ConfigError as e:

@@ -18,9 +18,12 @@ from sglang.srt.managers.detokenizer_manager import run_detokenizer_process
 from sglang.srt.managers.scheduler_process import run_scheduler_process
 from sglang.srt.server_args import ConfigError, ServerArgs
 from sglang.srt.utils.network import PortArgs
-from sglang.srt.utils.process import mark_stopping, terminate_processes
+from sglang.srt.utils.process import ENGINE_DEAD_SIGNAL, mark_stopping, terminate_processes
 
 logger = logging.getLogger(__name__)
+
+# An extra HTTP worker's process target: (server_args, port_args, model_info, worker_id, ready_pipe, parent_pid).
+HttpWorkerEntry = Callable[..., None]
 
 
 class EngineProcesses:
@@ -59,16 +62,18 @@ class EngineProcesses:
             raise
         return self.model_info
 
-    def start_http_workers(self, model_info: dict) -> None:
-        """Spawn the extra HTTP + tokenizer processes (worker ids 1..N-1) and wait until they serve."""
-        from sglang.srt.entrypoints.http_worker import run_http_worker_process
+    def start_http_workers(self, model_info: dict, worker_entry: HttpWorkerEntry) -> None:
+        """Spawn the extra HTTP + tokenizer processes (worker ids 1..N-1) and wait until they serve.
 
+        `worker_entry` is the process's target (http_worker.run_http_worker_process), handed in by
+        the launch sequence so that this module, shared with the offline Engine, knows nothing of HTTP.
+        """
         ctx = mp.get_context("spawn")
         pending = []
         for worker_id in range(1, self.server_args.tokenizer_worker_num):
             reader, writer = ctx.Pipe(duplex=False)
             proc = ctx.Process(
-                target=run_http_worker_process, name=f"sglang-http-{worker_id}",
+                target=worker_entry, name=f"sglang-http-{worker_id}",
                 args=(self.server_args, self.port_args, model_info, worker_id, writer, os.getpid()), daemon=True,
             )
             proc.start()
@@ -167,9 +172,6 @@ class EngineProcesses:
         terminate_processes([p for p in self.procs if p not in self.http_procs])
         self.port_args.cleanup()
 
-
-# The server process -> extra HTTP workers: the engine died (see http_worker.py).
-ENGINE_DEAD_SIGNAL = signal.SIGUSR2
 
 
 def describe_exit(code: Optional[int]) -> str:

@@ -1,4 +1,8 @@
-"""The HTTP front end: FastAPI routes on uvicorn + uvloop, one TokenizerManager per process."""
+"""The HTTP app: FastAPI routes, error mapping and response assembly, one TokenizerManager per process.
+
+This module only builds the app; launch.py runs it (uvicorn_server.py) in the server process and
+http_worker.py in each extra HTTP worker.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +18,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from sglang.srt.entrypoints.engine_processes import EngineProcesses
-from sglang.srt.entrypoints.http_worker import make_listen_socket, make_server, on_loop, serve
 from sglang.srt.entrypoints.middleware import ServerLifecycle, install_middleware, request_state
 from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest, ErrorResponse, ModelCard, ModelList
 from sglang.srt.entrypoints.openai.serving_classify import OpenAIServingClassify
@@ -25,12 +27,12 @@ from sglang.srt.entrypoints.openai.serving_sparse import ServingSparseEmbedding
 from sglang.srt.entrypoints.openai.task_protocol import (
     ClassifyRequest, ClassifyResponse, RerankRequest, RerankResponse, SparseEmbedRequest, SparseValue,
 )
+from sglang.srt.entrypoints.uvicorn_server import on_loop
 from sglang.srt.managers.errors import EmbeddingError
 from sglang.srt.managers.tokenizer_manager import TokenizerManager
 from sglang.srt.metrics.prometheus import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from sglang.srt.metrics.server_metrics import ServerMetrics
-from sglang.srt.server_args import ConfigError, ServerArgs
-from sglang.srt.utils.logging_utils import configure_logging
+from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.network import PortArgs
 
 logger = logging.getLogger(__name__)
@@ -208,47 +210,6 @@ def create_app(server_args: ServerArgs, port_args: PortArgs, model_info: dict,
         return await serve_task(raw, lambda rid: app.state.sparse.embed_sparse(request, rid))
 
     return app
-
-
-def launch_server(server_args: ServerArgs) -> int:
-    """Run the server until Ctrl-C / SIGTERM (exit 0) or a child process dies (exit 1)."""
-    configure_logging(server_args.log_level, fmt=server_args.log_format)
-    workers = server_args.tokenizer_worker_num
-    try:
-        sock = make_listen_socket(server_args.host, server_args.port, reuse_port=workers > 1)
-    except OSError as e:
-        raise ConfigError(f"Cannot listen on {server_args.host}:{server_args.port}: {e.strerror}") from e
-    engine = EngineProcesses(server_args)
-    logger.info("starting the engine for %s", server_args.model_path)
-    exit_code = 0
-    try:
-        model_info = engine.start()
-        engine.start_http_workers(model_info)
-        app = create_app(server_args, engine.port_args, model_info, engine.alive)
-        server = make_server(app, server_args)
-
-        def on_signal() -> None:
-            start_draining(app, server_args)
-            engine.begin_stop()
-
-        server.on_signal = on_signal
-
-        def on_death(reason: str) -> None:
-            nonlocal exit_code
-            exit_code = 1
-            engine.notify_engine_dead()
-            engine_died(app, server, reason)
-
-        engine.watch(on_death)
-        logger.info("serving %s on %s with %d HTTP worker(s)", server_args.served_model_name, server_args.url, workers)
-        serve(server, sock)
-    finally:
-        sock.close()
-        engine.shutdown()
-    if exit_code:
-        logger.error("the embedding engine died; exiting with status %d so a supervisor restarts the server",
-                     exit_code)
-    return exit_code
 
 
 def start_draining(app: FastAPI, server_args: ServerArgs) -> None:

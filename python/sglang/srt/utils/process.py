@@ -23,6 +23,8 @@ logger = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
 STOP_MARKER = "stopping"  # created in the IPC directory when the parent stops its children on purpose
+# The server process -> its extra HTTP workers: the scheduler or detokenizer died (entrypoints/http_worker.py).
+ENGINE_DEAD_SIGNAL = signal.SIGUSR2
 
 
 def set_parent_death_signal(sig: int = signal.SIGTERM) -> None:
