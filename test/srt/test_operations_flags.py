@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sglang.cli import build_serve_parser
-from sglang.srt.server_args import ConfigError, ServerArgs
+from sglang.srt.server_args import ServerArgs
+from sglang.srt.errors import ConfigError
 
 NEW_FLAGS = ["--api-key", "--cors-allow-origin", "--max-payload-bytes", "--max-client-batch-size",
              "--request-timeout", "--graceful-timeout", "--startup-timeout", "--log-requests", "--log-request-text", "--log-format"]

@@ -9,11 +9,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from sglang.srt.errors import ConfigError
+
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
-
-
-class ConfigError(ValueError):
-    """A start-up problem the user can fix; printed as one line, without a traceback."""
 
 
 def default_model_path() -> str:
@@ -162,10 +160,8 @@ class ServerArgs:
         self._validate_multimodal()
 
     def _validate_multimodal(self) -> None:
-        if self.chat_template is not None:
-            from sglang.srt.conversation import load_chat_template
-
-            load_chat_template(self.chat_template)  # an unknown name or a bad file: one ConfigError line
+        # --chat-template is checked with the model (configs/model_config.check_model): loading it is
+        # the chat-template module's job, not argument parsing's.
         if self.allowed_local_media_path is not None:
             self.allowed_local_media_path = os.path.abspath(os.path.expanduser(self.allowed_local_media_path))
             if not os.path.isdir(self.allowed_local_media_path):

@@ -12,7 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from sglang.srt.configs.model_config import NOT_EMBEDDING_MESSAGE, check_model, matryoshka_settings
-from sglang.srt.server_args import ConfigError, ServerArgs
+from sglang.srt.server_args import ServerArgs
+from sglang.srt.errors import ConfigError
 from test.helpers.tiny_models import build_tiny_bert, build_tiny_qwen3, write_st_pooling
 
 

@@ -9,7 +9,7 @@ import pytest
 
 import sglang
 from sglang.srt.layers.attention.cpu_kernel_loader import find_compiler
-from sglang.srt.managers.errors import EmbeddingError
+from sglang.srt.errors import EmbeddingError, ErrorKind
 from test.helpers.texts import load_texts
 
 pytestmark = pytest.mark.slow
@@ -30,7 +30,7 @@ def test_engine_matches_sentence_transformers_with_auto_truncate():
         text_out = engine.encode("hello world")
         with pytest.raises(EmbeddingError) as err:
             engine.encode(["fine", ""])
-        assert err.value.status == 400
+        assert err.value.kind == ErrorKind.INVALID_REQUEST
         children = mp.active_children()
         assert len(children) == 2
     assert not any(p.is_alive() for p in children)
@@ -70,7 +70,7 @@ def test_engine_encodes_image_items_like_the_http_api(tmp_path):
         many = engine.encode([{"text": "a cat"}, {"image": image}, {"text": "a cat", "image": image}])
         with pytest.raises(EmbeddingError) as err:
             engine.encode({"caption": "no"})
-    assert err.value.status == 400
+    assert err.value.kind == ErrorKind.INVALID_REQUEST
     assert isinstance(one, dict) and len(many) == 3
     np.testing.assert_allclose(one["embedding"], many[1]["embedding"], atol=1e-5)
     assert many[2]["meta_info"]["prompt_tokens"] > many[0]["meta_info"]["prompt_tokens"]

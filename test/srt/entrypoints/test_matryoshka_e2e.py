@@ -145,7 +145,7 @@ def test_engine_dimensions(model_dir, tmp_path):
     import shutil
 
     import sglang
-    from sglang.srt.managers.errors import EmbeddingError
+    from sglang.srt.errors import EmbeddingError, ErrorKind
 
     d = str(tmp_path / "mrl_config")
     shutil.copytree(model_dir, d)
@@ -167,4 +167,4 @@ def test_engine_dimensions(model_dir, tmp_path):
                               (49, "dimensions 49 is greater than the model's embedding size 48.")]:
             with pytest.raises(EmbeddingError) as err:
                 engine.encode("the cat", dimensions=dims)
-            assert err.value.status == 400 and err.value.message == message
+            assert err.value.kind == ErrorKind.INVALID_REQUEST and err.value.message == message

@@ -24,7 +24,7 @@ from sglang.srt.layers.attention.flashinfer_utils import (
 )
 from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 from sglang.srt.model_executor.model_runner import create_attention_backend
-from sglang.srt.server_args import ConfigError
+from sglang.srt.errors import ConfigError
 from test.helpers import fake_flashinfer
 from test.helpers.attention_cases import (
     CASES,

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from sglang.srt.layers.rotary_embedding import RotaryEmbedding, inv_frequencies, rope_parameters
-from sglang.srt.server_args import ConfigError
+from sglang.srt.errors import ConfigError
 
 SCALINGS = {
     "linear": {"rope_type": "linear", "factor": 4.0},

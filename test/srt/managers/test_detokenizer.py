@@ -7,6 +7,7 @@ import base64
 import numpy as np
 import orjson
 
+from sglang.srt.errors import ErrorKind
 from sglang.srt.managers.detokenizer_manager import render_output, shape_vector
 from sglang.srt.managers.io_struct import BatchEmbeddingOutput
 
@@ -44,10 +45,10 @@ def test_dimensions_truncate_and_renormalize():
 
 
 def test_results_are_routed_per_worker_with_errors_kept():
-    out = _out([[1.0], [2.0], [3.0]], ["float"] * 3, workers=[0, 1, 0], codes=[0, 0, 429])
+    out = _out([[1.0], [2.0], [3.0]], ["float"] * 3, workers=[0, 1, 0], codes=[0, 0, ErrorKind.QUEUE_FULL])
     res = render_output(out)
     assert res[0].rids == ["r0", "r2"] and res[1].rids == ["r1"]
-    assert res[0].error_codes == [0, 429] and res[0].payloads[1] == b""
+    assert res[0].error_codes == [0, ErrorKind.QUEUE_FULL] and res[0].payloads[1] == b""
     assert res[1].inference_time == 0.5
 
 

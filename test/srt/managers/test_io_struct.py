@@ -6,6 +6,7 @@ import numpy as np
 import orjson
 import pytest
 
+from sglang.srt.errors import ErrorKind
 from sglang.srt.managers.io_struct import (
     AbortReq,
     BatchEmbeddingOutput,
@@ -63,7 +64,7 @@ def test_batch_output_roundtrip_keeps_float32_buffer():
     emb = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
     out = BatchEmbeddingOutput(
         rids=["x", "y", "z"], worker_ids=[0, 1, 0], embeddings=emb, prompt_tokens=[3, 4, 5],
-        dimensions=[None, 4, None], encoding_formats=["float", "base64", "raw"], error_codes=[0, 0, 500],
+        dimensions=[None, 4, None], encoding_formats=["float", "base64", "raw"], error_codes=[0, 0, ErrorKind.INTERNAL],
         error_messages=[None, None, "boom"], queue_times=[0.1, 0.2, 0.3], inference_time=0.01,
     )
     back = _roundtrip(out)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang.srt.managers.errors import EmbeddingError
+from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.matryoshka import validate_dimensions
 
 PLAIN = {"is_matryoshka": False, "matryoshka_dimensions": None, "embedding_dim": 64}
@@ -31,4 +31,4 @@ def test_accepted(info, dims):
 def test_rejected_with_400(info, dims, message):
     with pytest.raises(EmbeddingError) as err:
         validate_dimensions(dims, info, "m")
-    assert (err.value.status, err.value.param, err.value.message) == (400, "dimensions", message)
+    assert (err.value.kind, err.value.param, err.value.message) == (ErrorKind.INVALID_REQUEST, "dimensions", message)

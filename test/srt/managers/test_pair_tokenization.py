@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang.srt.managers.errors import EmbeddingError
+from sglang.srt.errors import EmbeddingError
 from sglang.srt.managers.io_struct import EmbeddingReqInput
 from sglang.srt.managers.tokenization import InputTokenizer, load_tokenizer
 from sglang.srt.server_args import ServerArgs

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from sglang.srt.errors import ErrorKind
 from sglang.srt.managers.io_struct import TokenizedEmbeddingReqInput
 from sglang.srt.managers.scheduler import Scheduler
 from sglang.srt.server_args import ServerArgs
@@ -49,7 +50,7 @@ def test_queue_full_rejects_whole_request_with_429():
     s = Scheduler(_args(max_queue_size=3), _sum_embed([]), Clock())
     assert s.add_requests([_req("a"), _req("b")]) is None
     rejected = s.add_requests([_req("c"), _req("d")])
-    assert rejected.rids == ["c", "d"] and rejected.error_codes == [429, 429]
+    assert rejected.rids == ["c", "d"] and rejected.error_codes == [ErrorKind.QUEUE_FULL] * 2
     assert "queue is full" in rejected.error_messages[0]
     assert list(s.waiting) == ["a", "b"]  # what was queued is untouched
 
@@ -75,7 +76,7 @@ def test_failing_forward_fails_only_its_batch():
     s = Scheduler(_args(max_batch_size=1), flaky, Clock())
     s.add_requests([_req("a"), _req("b")])
     out, _ = s.step()
-    assert out.error_codes == [500] and "kernel exploded" in out.error_messages[0]
+    assert out.error_codes == [ErrorKind.INTERNAL] and "kernel exploded" in out.error_messages[0]
     out, _ = s.step()
     assert out.rids == ["b"] and out.error_codes == [0]
 
@@ -117,7 +118,7 @@ def test_requests_queued_past_the_deadline_get_504_before_any_compute():
     s.add_requests([_req("young", t=101.5)])
     clock.t = 102.6  # old1 and old2 are past 2 s, young is not
     out, wait = s.step()
-    assert out.rids == ["old1", "old2"] and out.error_codes == [504, 504] and wait == 0.0
+    assert out.rids == ["old1", "old2"] and out.error_codes == [ErrorKind.TIMEOUT] * 2 and wait == 0.0
     assert "--request-timeout" in out.error_messages[0]
     assert out.queue_times == [pytest.approx(2.6), pytest.approx(2.1)]
     assert out.batch_size == 0 and out.queue_length == 1 and seen == []
@@ -130,7 +131,7 @@ def test_deadline_exactly_reached_expires_and_zero_means_never():
     clock = Clock()
     s = Scheduler(_args(request_timeout=1.0), _sum_embed([]), clock)
     s.add_requests([_req("a", t=99.0)])
-    assert s.step()[0].error_codes == [504]
+    assert s.step()[0].error_codes == [ErrorKind.TIMEOUT]
     s = Scheduler(_args(request_timeout=0), _sum_embed([]), clock)
     s.add_requests([_req("a", t=0.0)])
     assert s.step()[0].error_codes == [0]
@@ -146,13 +147,13 @@ def test_hold_window_wakes_up_for_the_deadline():
     assert out is None and wait == pytest.approx(1.0)
     clock.t += 1.0
     out, _ = s.step()
-    assert out.error_codes == [504]
+    assert out.error_codes == [ErrorKind.TIMEOUT]
 
 
 def test_abort_frees_queue_room_at_once():
     s = Scheduler(_args(max_queue_size=2), _sum_embed([]), Clock())
     assert s.add_requests([_req("a"), _req("b")]) is None
-    assert s.add_requests([_req("c")]).error_codes == [429]
+    assert s.add_requests([_req("c")]).error_codes == [ErrorKind.QUEUE_FULL]
     s.abort(["a"])
     assert s.add_requests([_req("c")]) is None
     assert list(s.waiting) == ["b", "c"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang.srt.managers.errors import EmbeddingError
+from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import EmbeddingReqInput
 from sglang.srt.managers.tokenization import InputTokenizer, load_tokenizer
 from sglang.srt.server_args import ServerArgs
@@ -35,7 +35,7 @@ def test_text_gets_special_tokens(hf_tokenizer):
 @pytest.mark.parametrize("texts", [[""], ["   "], ["ok", "\n\t"]])
 def test_empty_or_whitespace_text_is_400(hf_tokenizer, texts):
     e = _err(lambda: _tok(hf_tokenizer).tokenize(EmbeddingReqInput(text=texts)))
-    assert e.status == 400 and "empty" in e.message and e.param == "input"
+    assert e.kind == ErrorKind.INVALID_REQUEST and "empty" in e.message and e.param == "input"
 
 
 def test_over_long_text_is_400_with_both_numbers(hf_tokenizer):
@@ -52,11 +52,11 @@ def test_token_ids_pass_through_and_are_checked(hf_tokenizer):
     t = _tok(hf_tokenizer)
     (ids, _), = t.tokenize(EmbeddingReqInput(input_ids=[[5, 6, 7]]))
     assert ids.tolist() == [5, 6, 7]
-    assert _err(lambda: t.tokenize(EmbeddingReqInput(input_ids=[[5, -1]]))).status == 400
+    assert _err(lambda: t.tokenize(EmbeddingReqInput(input_ids=[[5, -1]]))).kind == ErrorKind.INVALID_REQUEST
     e = _err(lambda: t.tokenize(EmbeddingReqInput(input_ids=[[1], [30522]])))
     assert "30522" in e.message and "index 1" in e.message
-    assert _err(lambda: t.tokenize(EmbeddingReqInput(input_ids=[[]]))).status == 400
-    assert _err(lambda: t.tokenize(EmbeddingReqInput(input_ids=[list(range(17))]))).status == 400
+    assert _err(lambda: t.tokenize(EmbeddingReqInput(input_ids=[[]]))).kind == ErrorKind.INVALID_REQUEST
+    assert _err(lambda: t.tokenize(EmbeddingReqInput(input_ids=[list(range(17))]))).kind == ErrorKind.INVALID_REQUEST
 
 
 def test_input_longer_than_batch_token_budget_is_400(hf_tokenizer):
@@ -65,15 +65,15 @@ def test_input_longer_than_batch_token_budget_is_400(hf_tokenizer):
 
 
 def test_empty_request_is_400(hf_tokenizer):
-    assert _err(lambda: _tok(hf_tokenizer).tokenize(EmbeddingReqInput(text=[]))).status == 400
+    assert _err(lambda: _tok(hf_tokenizer).tokenize(EmbeddingReqInput(text=[]))).kind == ErrorKind.INVALID_REQUEST
 
 
 def test_lone_surrogate_text_is_400_not_a_tokenizer_crash(hf_tokenizer):
     e = _err(lambda: _tok(hf_tokenizer).tokenize(EmbeddingReqInput(text=["fine", "bad \ud800 text"])))
-    assert e.status == 400 and "index 1" in e.message and "Unicode" in e.message
+    assert e.kind == ErrorKind.INVALID_REQUEST and "index 1" in e.message and "Unicode" in e.message
 
 
 @pytest.mark.parametrize("ids", [[10 ** 30], [1, -(10 ** 25)], [10 ** 5000]])
 def test_token_ids_beyond_int64_are_400(hf_tokenizer, ids):
     e = _err(lambda: _tok(hf_tokenizer).tokenize(EmbeddingReqInput(input_ids=[ids])))
-    assert e.status == 400 and "outside the vocabulary" in e.message
+    assert e.kind == ErrorKind.INVALID_REQUEST and "outside the vocabulary" in e.message

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 import zmq
 
-from sglang.srt.managers.errors import EmbeddingError
+from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import (
     AbortReq,
     BatchEmbeddingResult,
@@ -83,11 +83,11 @@ def test_results_resolve_in_order_and_cancel_sends_abort(harness, hf_tokenizer):
         await asyncio.sleep(0.2)
         queued = _recv(sched)
         detok.send_multipart(encode(BatchEmbeddingResult(
-            rids=[queued.reqs[0].rid], payloads=[b""], prompt_tokens=[3], error_codes=[429],
+            rids=[queued.reqs[0].rid], payloads=[b""], prompt_tokens=[3], error_codes=[ErrorKind.QUEUE_FULL],
             error_messages=["Embedding request queue is full; retry later."], queue_times=[0.0])))
         with pytest.raises(EmbeddingError) as err:
             await asyncio.wait_for(task, 5)
-        assert err.value.status == 429 and err.value.headers["Retry-After"] == "1"
+        assert err.value.kind == ErrorKind.QUEUE_FULL
         assert _recv(sched).rids == [queued.reqs[1].rid]
 
         # The engine dying fails in-flight and later requests with 503.
@@ -96,7 +96,7 @@ def test_results_resolve_in_order_and_cancel_sends_abort(harness, hf_tokenizer):
         tm.on_engine_dead("scheduler exited")
         with pytest.raises(EmbeddingError) as err:
             await task
-        assert err.value.status == 503
+        assert err.value.kind == ErrorKind.UNAVAILABLE
         with pytest.raises(EmbeddingError):
             await tm.embed(EmbeddingReqInput(text=["d"]))
         await tm.close()
@@ -151,7 +151,7 @@ def test_backstop_answers_504_and_aborts_when_no_answer_comes(harness, hf_tokeni
         t0 = loop.time()
         with pytest.raises(EmbeddingError) as err:
             await asyncio.wait_for(tm.embed(EmbeddingReqInput(text=["never answered"])), 5)
-        assert err.value.status == 504 and 0.35 < loop.time() - t0 < 2.0
+        assert err.value.kind == ErrorKind.TIMEOUT and 0.35 < loop.time() - t0 < 2.0
         queued = _recv(sched)
         abort = _recv(sched)
         assert isinstance(abort, AbortReq) and abort.rids == [queued.reqs[0].rid]
@@ -209,7 +209,7 @@ def test_huge_text_is_tokenized_off_the_event_loop(harness, hf_tokenizer):
             await tm.embed(EmbeddingReqInput(text=["hello world " * 150_000]))
         took = loop.time() - t0
         tick.cancel()
-        assert err.value.status == 400 and "context length" in err.value.message
+        assert err.value.kind == ErrorKind.INVALID_REQUEST and "context length" in err.value.message
         blocked = max(gaps, default=took)
         assert blocked < max(0.25, took / 3), f"event loop blocked {blocked:.2f} s of {took:.2f} s"
         await tm.close()
@@ -234,7 +234,7 @@ def test_refuses_at_once_when_its_inputs_in_flight_fill_queue_and_batch(harness,
 
         with pytest.raises(EmbeddingError) as err:  # 3 + 2 > 4: refused without reaching the scheduler
             await tm.embed(EmbeddingReqInput(text=["four", "five"]))
-        assert err.value.status == 429 and err.value.headers["Retry-After"] == "1"
+        assert err.value.kind == ErrorKind.QUEUE_FULL
         assert err.value.message == "Embedding request queue is full; retry later."
         assert not sched.poll(200), "a refused request reached the scheduler"
         assert tm.num_in_flight == 3

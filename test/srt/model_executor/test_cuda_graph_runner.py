@@ -95,7 +95,8 @@ def test_choose_bucket_runs_eagerly_when_it_must():
 def test_gpu_flags_parse_and_validate():
     import argparse
 
-    from sglang.srt.server_args import ConfigError, ServerArgs
+    from sglang.srt.server_args import ServerArgs
+    from sglang.srt.errors import ConfigError
 
     parser = argparse.ArgumentParser()
     ServerArgs.add_cli_args(parser)

@@ -63,7 +63,7 @@ def test_causal_gemma3_matches_transformers(tmp_path):
     # Without use_bidirectional_attention it is a causal decoder: --is-embedding, last token,
     # a causal sliding window (query - key < 6).
     d = build_tiny_gemma3(str(tmp_path / "causal"), bidirectional=False, st_modules=False, seed=1)
-    from sglang.srt.server_args import ConfigError
+    from sglang.srt.errors import ConfigError
 
     with pytest.raises(ConfigError, match="is-embedding"):
         make_runner(d)

@@ -28,7 +28,7 @@ def test_llama_matches_transformers(tmp_path, rope):
 
 
 def test_unsupported_rope_scaling_is_a_config_error(tmp_path):
-    from sglang.srt.server_args import ConfigError
+    from sglang.srt.errors import ConfigError
 
     d = build_tiny_llama(str(tmp_path / "llama"), rope_scaling={"rope_type": "dynamic", "factor": 2.0})
     with pytest.raises(ConfigError, match="RoPE scaling type 'dynamic' is not supported"):

@@ -10,7 +10,7 @@ import torch
 from sglang.srt.managers.io_struct import (
     FORMAT_FLOAT, FORMAT_SPARSE_DICT, FORMAT_SPARSE_TEI, ForwardOutput, TokenizedEmbeddingReqInput,
 )
-from sglang.srt.server_args import ConfigError
+from sglang.srt.errors import ConfigError
 from test.helpers.parity import MIXED_TEXTS, make_runner, tokenize_for_runner
 from test.helpers.tiny_task_models import build_tiny_splade, build_tiny_xlm_roberta, write_sparse_linear
 

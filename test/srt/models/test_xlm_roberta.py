@@ -47,7 +47,7 @@ def test_positions_start_after_padding_idx(tmp_path):
         hidden = model(input_ids=torch.from_numpy(ids).long()[None]).last_hidden_state
     ref = F.normalize(hidden.mean(1), dim=-1).numpy()
     assert relative_error_rows(runner.embed([ids]), ref).max() <= 1e-4
-    from sglang.srt.server_args import ConfigError
+    from sglang.srt.errors import ConfigError
 
     with pytest.raises(ConfigError, match="exceeds the model's 64 position embeddings"):
         make_runner(d, context_length=65)

@@ -12,7 +12,8 @@ import time
 import pytest
 
 from sglang.srt.entrypoints.engine_processes import EngineProcesses, describe_exit
-from sglang.srt.server_args import ConfigError, ServerArgs
+from sglang.srt.server_args import ServerArgs
+from sglang.srt.errors import ConfigError
 from sglang.srt.utils.process import mark_stopping, prepare_child_process, stop_requested
 from test.helpers.procs import is_running, wait_for
 

@@ -8,12 +8,14 @@ from typing import Optional
 
 import torch
 
+from sglang.srt.configs.chat_template import load_chat_template
 from sglang.srt.configs.output_config import OUTPUT_LOGITS, OUTPUT_SPARSE, OutputConfig, resolve_output
 from sglang.srt.configs.sentence_transformers import (
     SentenceTransformersInfo,
     read_sentence_transformers_info,
 )
-from sglang.srt.server_args import ConfigError, ServerArgs
+from sglang.srt.server_args import ServerArgs
+from sglang.srt.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -124,11 +126,14 @@ class ModelConfig:
 def check_model(args: ServerArgs) -> ModelConfig:
     """Resolve the checkpoint and read its config in the calling process.
 
-    Run before any child process starts, so that an uncached hub id, an unsupported architecture,
-    a missing --is-embedding or --trust-remote-code ends start-up with one ConfigError line.
+    Run before any child process starts, so that an unknown --chat-template, an uncached hub id, an
+    unsupported architecture, a missing --is-embedding or --trust-remote-code ends start-up with one
+    ConfigError line.
     """
     from sglang.srt.model_loader.hub import resolve_model_path
 
+    if args.chat_template is not None:
+        load_chat_template(args.chat_template)  # an unknown name or a bad file
     model_dir = resolve_model_path(args.model_path, args.revision, args.download_dir)
     return ModelConfig.from_server_args(args, model_dir, device="cpu")
 

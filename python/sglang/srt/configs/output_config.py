@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from sglang.srt.configs.sentence_transformers import SentenceTransformersInfo, SpladePoolingSpec
-from sglang.srt.server_args import ConfigError
+from sglang.srt.errors import ConfigError
 
 OUTPUT_DENSE, OUTPUT_SPARSE, OUTPUT_LOGITS = "dense", "sparse", "logits"
 BGE_M3_SPARSE_FILE = "sparse_linear.pt"

@@ -17,7 +17,7 @@ import orjson
 from sglang.srt.configs.model_config import check_model
 from sglang.srt.configs.output_config import OUTPUT_SPARSE
 from sglang.srt.entrypoints.engine_processes import EngineProcesses
-from sglang.srt.managers.errors import EmbeddingError
+from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import FORMAT_RAW, FORMAT_SPARSE_DICT, EmbeddingReqInput, MultimodalItem
 from sglang.srt.managers.matryoshka import validate_dimensions
 from sglang.srt.managers.tokenizer_manager import TokenizerManager, payload_to_array
@@ -127,6 +127,6 @@ def _to_request(prompt: Prompt) -> tuple[EmbeddingReqInput, bool]:
 def _item(d: dict) -> MultimodalItem:
     unknown = set(d) - {"text", "image"}
     if unknown or not (d.get("text") or d.get("image")):
-        raise EmbeddingError(400, 'A multimodal input is {"text": ..., "image": ...} with at least one of the two.',
+        raise EmbeddingError(ErrorKind.INVALID_REQUEST, 'A multimodal input is {"text": ..., "image": ...} with at least one of the two.',
                              param="input")
     return MultimodalItem(text=d.get("text"), image=d.get("image"))

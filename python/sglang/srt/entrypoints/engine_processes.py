@@ -16,7 +16,8 @@ from typing import Callable, Optional
 
 from sglang.srt.managers.detokenizer_manager import run_detokenizer_process
 from sglang.srt.managers.scheduler_process import run_scheduler_process
-from sglang.srt.server_args import ConfigError, ServerArgs
+from sglang.srt.server_args import ServerArgs
+from sglang.srt.errors import ConfigError
 from sglang.srt.utils.network import PortArgs
 from sglang.srt.utils.process import ENGINE_DEAD_SIGNAL, mark_stopping, terminate_processes
 

@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from sglang.srt.entrypoints.http_errors import HTTP_STATUS, HttpError
 from sglang.srt.entrypoints.middleware import ServerLifecycle, install_middleware, request_state
 from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest, ErrorResponse, ModelCard, ModelList
 from sglang.srt.entrypoints.openai.serving_classify import OpenAIServingClassify
@@ -28,7 +29,7 @@ from sglang.srt.entrypoints.openai.task_protocol import (
     ClassifyRequest, ClassifyResponse, RerankRequest, RerankResponse, SparseEmbedRequest, SparseValue,
 )
 from sglang.srt.entrypoints.uvicorn_server import on_loop
-from sglang.srt.managers.errors import EmbeddingError
+from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.tokenizer_manager import TokenizerManager
 from sglang.srt.metrics.prometheus import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from sglang.srt.metrics.server_metrics import ServerMetrics
@@ -37,7 +38,7 @@ from sglang.srt.utils.network import PortArgs
 
 logger = logging.getLogger(__name__)
 
-_ERROR_RESPONSES = {code: {"model": ErrorResponse} for code in (400, 401, 404, 413, 415, 429, 500, 503, 504)}
+_ERROR_RESPONSES = {status: {"model": ErrorResponse} for status in sorted(set(HTTP_STATUS.values()))}
 
 
 def json_response(body: bytes | dict, status: int = 200, headers: Optional[dict] = None) -> Response:
@@ -45,8 +46,9 @@ def json_response(body: bytes | dict, status: int = 200, headers: Optional[dict]
     return Response(content=content, status_code=status, media_type="application/json", headers=headers)
 
 
-def error_response(err: EmbeddingError) -> Response:
-    return json_response(err.to_dict(), err.status, err.headers or None)
+def error_response(err: EmbeddingError | HttpError) -> Response:
+    http = err if isinstance(err, HttpError) else HttpError.of(err)
+    return json_response(http.body(), http.status, http.headers or None)
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, Optional[str]]:
@@ -138,23 +140,23 @@ def create_app(server_args: ServerArgs, port_args: PortArgs, model_info: dict,
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError):
         message, param = _validation_message(exc)
-        return error_response(EmbeddingError(400, message, param=param))
+        return error_response(EmbeddingError(ErrorKind.INVALID_REQUEST, message, param=param))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException):
-        return error_response(EmbeddingError(exc.status_code, str(exc.detail)))
+        return error_response(HttpError(exc.status_code, str(exc.detail)))  # unknown route, wrong method
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception):
         logger.exception("unhandled error")
-        return error_response(EmbeddingError(500, f"Internal server error: {type(exc).__name__}"))
+        return error_response(EmbeddingError(ErrorKind.INTERNAL, f"Internal server error: {type(exc).__name__}"))
 
     @app.get("/health", include_in_schema=True)
     async def health():
         tm: Optional[TokenizerManager] = getattr(app.state, "tokenizer_manager", None)
         if tm is not None and tm.healthy and engine_alive():
             return Response(status_code=200)
-        return error_response(EmbeddingError(503, "The embedding engine is not ready."))
+        return error_response(EmbeddingError(ErrorKind.UNAVAILABLE, "The embedding engine is not ready."))
 
     @app.get("/metrics")
     async def prometheus_metrics():

@@ -12,7 +12,8 @@ from sglang.srt.entrypoints.engine_processes import EngineProcesses
 from sglang.srt.entrypoints.http_server import create_app, engine_died, start_draining
 from sglang.srt.entrypoints.http_worker import run_http_worker_process
 from sglang.srt.entrypoints.uvicorn_server import make_listen_socket, make_server, serve
-from sglang.srt.server_args import ConfigError, ServerArgs
+from sglang.srt.server_args import ServerArgs
+from sglang.srt.errors import ConfigError
 from sglang.srt.utils.logging_utils import configure_logging
 
 logger = logging.getLogger(__name__)

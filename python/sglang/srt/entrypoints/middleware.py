@@ -24,9 +24,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Optional
 
-import orjson
-
-from sglang.srt.managers.errors import EmbeddingError, queue_full_error
+from sglang.srt.entrypoints.http_errors import HttpError
+from sglang.srt.errors import EmbeddingError, ErrorKind, queue_full_error
 from sglang.srt.metrics.server_metrics import ServerMetrics
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.logging_utils import REQUEST_LOGGER
@@ -42,6 +41,7 @@ UNMATCHED_ROUTE = "unmatched"  # metric label for paths no route serves (keeps l
 _REQUEST_ID_RE = re.compile(r"^[\x21-\x7e]{1,128}$")  # printable ASCII, no spaces, at most 128
 _DIGITS_RE = re.compile(r"^[0-9]{1,20}$")
 _DISCARD_LIMIT = 1 << 20  # bytes of an oversized body read and dropped so the client sees the 413
+CLOSE = {"Connection": "close"}  # answers after which the connection is not worth keeping
 request_log = logging.getLogger(REQUEST_LOGGER)
 
 
@@ -57,11 +57,13 @@ def request_state(scope: Scope) -> dict:
     return scope.setdefault("state", {})
 
 
-async def send_error(send: Send, err: EmbeddingError) -> None:
-    body = orjson.dumps(err.to_dict())
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    headers += [(k.lower().encode("latin-1"), str(v).encode("latin-1")) for k, v in err.headers.items()]
-    await send({"type": "http.response.start", "status": err.status, "headers": headers})
+async def send_error(send: Send, err: EmbeddingError, headers: Optional[dict[str, str]] = None) -> None:
+    """Answer with `err` in OpenAI's error shape; `headers` adds what only the edge knows."""
+    http = HttpError.of(err, headers)
+    body = http.body()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    raw += [(k.lower().encode("latin-1"), str(v).encode("latin-1")) for k, v in http.headers.items()]
+    await send({"type": "http.response.start", "status": http.status, "headers": raw})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -112,8 +114,8 @@ class RequestContext:
             if status[0] is None:
                 try:
                     await send_error(send_with_id, EmbeddingError(
-                        503, "The server shut down before this request finished (--graceful-timeout).",
-                        headers={"Connection": "close"}))
+                        ErrorKind.UNAVAILABLE, "The server shut down before this request finished (--graceful-timeout)."),
+                        CLOSE)
                 except Exception:
                     pass
             raise
@@ -151,8 +153,7 @@ class DrainGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self.lifecycle.draining:
-            return await send_error(send, EmbeddingError(503, "The server is shutting down.",
-                                                         headers={"Connection": "close"}))
+            return await send_error(send, EmbeddingError(ErrorKind.UNAVAILABLE, "The server is shutting down."), CLOSE)
         await self.app(scope, receive, send)
 
 
@@ -177,8 +178,8 @@ class ApiKeyAuth:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] not in self.OPEN_PATHS and not self.authorized(scope):
             return await send_error(send, EmbeddingError(
-                401, "Invalid or missing API key: send `Authorization: Bearer <key>`.",
-                code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"}))
+                ErrorKind.UNAUTHENTICATED, "Invalid or missing API key: send `Authorization: Bearer <key>`.",
+                code="invalid_api_key"), {"WWW-Authenticate": "Bearer"})
         await self.app(scope, receive, send)
 
 
@@ -207,8 +208,8 @@ class BodyLimits:
         self.max_bytes = max_bytes
 
     def too_large(self) -> EmbeddingError:
-        return EmbeddingError(413, f"The request body is larger than the server's limit of {self.max_bytes} "
-                                   "bytes (--max-payload-bytes).", headers={"Connection": "close"})
+        return EmbeddingError(ErrorKind.TOO_LARGE, f"The request body is larger than the server's limit of "
+                                                   f"{self.max_bytes} bytes (--max-payload-bytes).")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -216,11 +217,11 @@ class BodyLimits:
         declared = _header(scope, b"content-length")
         if declared is not None:
             if not _DIGITS_RE.match(declared.strip()):
-                return await send_error(send, EmbeddingError(400, "Invalid Content-Length header."))
+                return await send_error(send, EmbeddingError(ErrorKind.INVALID_REQUEST, "Invalid Content-Length header."))
             size = int(declared)
             if size > self.max_bytes:
                 await _discard(receive, size if size <= self.max_bytes + _DISCARD_LIMIT else 0)
-                return await send_error(send, self.too_large())
+                return await send_error(send, self.too_large(), CLOSE)
         if scope["method"] not in self.BODY_METHODS:
             return await self.app(scope, receive, send)
         ctype = _header(scope, b"content-type")
@@ -228,8 +229,8 @@ class BodyLimits:
             scope = {**scope, "headers": [*scope.get("headers", ()), (b"content-type", b"application/json")]}
         elif not _json_content_type(ctype):
             return await send_error(send, EmbeddingError(
-                415, f"Unsupported Content-Type {ctype[:100]!r}: send application/json (UTF-8).",
-                headers={"Connection": "close"}))
+                ErrorKind.UNSUPPORTED_MEDIA_TYPE, f"Unsupported Content-Type {ctype[:100]!r}: send application/json (UTF-8)."),
+                CLOSE)
         body = bytearray()
         while True:
             message = await receive()
@@ -240,7 +241,7 @@ class BodyLimits:
             if len(body) > self.max_bytes:
                 if more:
                     await _discard(receive, _DISCARD_LIMIT)
-                return await send_error(send, self.too_large())
+                return await send_error(send, self.too_large(), CLOSE)
             if not more:
                 break
         await self.app(scope, _replay(bytes(body), receive), send)

@@ -14,7 +14,7 @@ from torch import nn
 
 from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_loader.weight_utils import fill_parameters, read_tensors
-from sglang.srt.server_args import ConfigError
+from sglang.srt.errors import ConfigError
 
 
 def _first_tokens(hidden: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:

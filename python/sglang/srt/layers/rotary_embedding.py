@@ -13,7 +13,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from sglang.srt.server_args import ConfigError
+from sglang.srt.errors import ConfigError
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 

@@ -24,7 +24,7 @@ from sglang.srt.configs.sentence_transformers import SpladePoolingSpec
 from sglang.srt.layers.activation import get_activation
 from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_loader.weight_utils import fill_parameters, read_tensors
-from sglang.srt.server_args import ConfigError
+from sglang.srt.errors import ConfigError
 
 SparseTensors = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sglang.srt.configs.sentence_transformers import DenseLayerSpec
-from sglang.srt.server_args import ConfigError
+from sglang.srt.errors import ConfigError
 
 # sentence-transformers stores the activation as a class path; these are the ones we run.
 _ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {

@@ -15,6 +15,7 @@ import numpy as np
 import orjson
 import zmq
 
+from sglang.srt.errors import ErrorKind
 from sglang.srt.managers.io_struct import (
     FORMAT_BASE64,
     FORMAT_RAW,
@@ -100,7 +101,7 @@ def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, ready_
             results = render_output(out, token_texts)
         except Exception as e:  # answer every request of the batch rather than leave it hanging
             logger.exception("failed to render an output: %s", e)
-            out.error_codes = [500] * len(out.rids)
+            out.error_codes = [ErrorKind.INTERNAL] * len(out.rids)
             out.error_messages = [f"Internal error while rendering the embedding: {e}"] * len(out.rids)
             results = render_output(out)
         for worker_id, result in results.items():

@@ -14,6 +14,7 @@ from typing import Optional, Union
 
 import numpy as np
 
+from sglang.srt.errors import ErrorKind
 from sglang.srt.utils.msgcodec import message
 
 # Output formats the detokenizer renders.
@@ -114,7 +115,7 @@ class BatchEmbeddingOutput:
     """Column-wise results of one forward pass (plus any requests rejected without one).
 
     `embeddings` holds one float32 row per rid; rows of failed rids are zeros and carry an
-    `error_codes` entry other than 0 (an HTTP status) with the message beside it.
+    `error_codes` entry other than 0 (an errors.ErrorKind) with the message beside it.
     """
 
     rids: list[str]
@@ -140,7 +141,7 @@ class BatchEmbeddingOutput:
     sparse_offsets: Optional[np.ndarray] = None  # int64 [n + 1]
 
     @staticmethod
-    def failure(reqs: list[TokenizedEmbeddingReqInput], code: int, msg: str,
+    def failure(reqs: list[TokenizedEmbeddingReqInput], kind: ErrorKind, msg: str,
                 queue_length: int = 0) -> "BatchEmbeddingOutput":
         n = len(reqs)
         return BatchEmbeddingOutput(
@@ -150,7 +151,7 @@ class BatchEmbeddingOutput:
             prompt_tokens=[r.num_tokens for r in reqs],
             dimensions=[r.dimensions for r in reqs],
             encoding_formats=[r.encoding_format for r in reqs],
-            error_codes=[code] * n,
+            error_codes=[int(kind)] * n,
             error_messages=[msg] * n,
             queue_times=[0.0] * n,
             queue_length=queue_length,

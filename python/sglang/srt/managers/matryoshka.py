@@ -7,37 +7,34 @@ from __future__ import annotations
 
 from typing import Mapping, Optional
 
-from sglang.srt.managers.errors import EmbeddingError
+from sglang.srt.errors import EmbeddingError, ErrorKind
 
 
 def validate_dimensions(dimensions: Optional[int], model_info: Mapping, model_name: str) -> None:
-    """Raise a 400 EmbeddingError unless `dimensions` is None or a width this model can return.
+    """Raise an INVALID_REQUEST EmbeddingError unless `dimensions` is None or a width this model can return.
 
     `model_info` is ModelRunner.model_info(): is_matryoshka, matryoshka_dimensions, embedding_dim.
     """
     if dimensions is None:
         return
     if not model_info.get("is_matryoshka"):
-        raise EmbeddingError(
-            400,
+        raise EmbeddingError(ErrorKind.INVALID_REQUEST,
             f"Model '{model_name}' does not support matryoshka representation, "
             "changing output dimensions will lead to poor results.",
             param="dimensions",
         )
     if isinstance(dimensions, bool) or not isinstance(dimensions, int):
-        raise EmbeddingError(400, f"dimensions must be an integer, not {dimensions!r}.", param="dimensions")
+        raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"dimensions must be an integer, not {dimensions!r}.", param="dimensions")
     if dimensions < 1:
-        raise EmbeddingError(400, f"dimensions must be at least 1, got {dimensions}.", param="dimensions")
+        raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"dimensions must be at least 1, got {dimensions}.", param="dimensions")
     width = int(model_info["embedding_dim"])
     if dimensions > width:
-        raise EmbeddingError(
-            400, f"dimensions {dimensions} is greater than the model's embedding size {width}.",
+        raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"dimensions {dimensions} is greater than the model's embedding size {width}.",
             param="dimensions",
         )
     allowed = model_info.get("matryoshka_dimensions")
     if allowed and dimensions not in allowed:
-        raise EmbeddingError(
-            400,
+        raise EmbeddingError(ErrorKind.INVALID_REQUEST,
             f"Model '{model_name}' only supports matryoshka dimensions {list(allowed)}; "
             f"dimensions {dimensions} would lead to poor results.",
             param="dimensions",

@@ -14,7 +14,7 @@ from typing import Callable, Optional, Union
 
 import numpy as np
 
-from sglang.srt.managers.errors import QUEUE_FULL_MESSAGE, REQUEST_TIMEOUT_MESSAGE
+from sglang.srt.errors import QUEUE_FULL_MESSAGE, REQUEST_TIMEOUT_MESSAGE, ErrorKind
 from sglang.srt.managers.io_struct import (
     BatchEmbeddingOutput,
     ForwardOutput,
@@ -39,7 +39,7 @@ class Scheduler:
             max_queue_delay=server_args.max_queue_delay,
         )
         self.max_queue_size = server_args.max_queue_size
-        # Inputs still queued this long after they were tokenized are answered 504 (None: never).
+        # Inputs still queued this long after they were tokenized fail with TIMEOUT (None: never).
         self.request_timeout = server_args.request_timeout or None
         self.forward_fn = forward_fn
         self.clock = clock
@@ -48,15 +48,15 @@ class Scheduler:
 
     # ----- input -----
     def add_requests(self, reqs: list[TokenizedEmbeddingReqInput]) -> Optional[BatchEmbeddingOutput]:
-        """Queue requests; those beyond --max-queue-size are answered 429 at once (returned)."""
+        """Queue requests; those beyond --max-queue-size are refused at once (QUEUE_FULL, returned)."""
         room = self.max_queue_size - len(self.waiting)
         accepted = reqs if room >= len(reqs) else []
-        # All inputs of one HTTP request share its fate: a partial 429 would be useless to the client.
+        # All inputs of one HTTP request share its fate: a partial refusal would be useless to the client.
         for req in accepted:
             self.waiting[req.rid] = req
         rejected = reqs if not accepted else []
         if rejected:
-            return BatchEmbeddingOutput.failure(rejected, 429, QUEUE_FULL_MESSAGE, queue_length=len(self.waiting))
+            return BatchEmbeddingOutput.failure(rejected, ErrorKind.QUEUE_FULL, QUEUE_FULL_MESSAGE, queue_length=len(self.waiting))
         return None
 
     def abort(self, rids: list[str]) -> int:
@@ -74,7 +74,7 @@ class Scheduler:
         now = self.clock()
         expired = self._pop_expired(now)
         if expired:
-            out = BatchEmbeddingOutput.failure(expired, 504, REQUEST_TIMEOUT_MESSAGE, queue_length=len(self.waiting))
+            out = BatchEmbeddingOutput.failure(expired, ErrorKind.TIMEOUT, REQUEST_TIMEOUT_MESSAGE, queue_length=len(self.waiting))
             out.queue_times = [max(0.0, now - r.arrival_time) for r in expired]
             return out, (0.0 if self.waiting else None)
         decision = next_batch(self.waiting.values(), self.budget, now, self.last_batch_size)
@@ -113,7 +113,7 @@ class Scheduler:
             vectors = self.forward_fn(reqs)
         except Exception as e:  # a failing forward fails only its own requests
             logger.error("forward pass failed for %d requests: %s\n%s", len(reqs), e, traceback.format_exc())
-            return BatchEmbeddingOutput.failure(reqs, 500, f"Internal error during the forward pass: {e}",
+            return BatchEmbeddingOutput.failure(reqs, ErrorKind.INTERNAL, f"Internal error during the forward pass: {e}",
                                                 queue_length=len(self.waiting))
         elapsed = self.clock() - start
         n = len(reqs)

@@ -9,7 +9,8 @@ import zmq
 
 from sglang.srt.managers.io_struct import AbortReq, BatchTokenizedEmbeddingReqInput
 from sglang.srt.managers.scheduler import Scheduler
-from sglang.srt.server_args import ConfigError, ServerArgs
+from sglang.srt.server_args import ServerArgs
+from sglang.srt.errors import ConfigError
 from sglang.srt.utils.logging_utils import configure_logging
 from sglang.srt.utils.msgcodec import decode, send
 from sglang.srt.utils.network import PortArgs, make_socket

@@ -6,9 +6,10 @@ from typing import Optional
 
 import numpy as np
 
-from sglang.srt.managers.errors import EmbeddingError
+from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import EmbeddingReqInput
-from sglang.srt.server_args import ConfigError, ServerArgs
+from sglang.srt.server_args import ServerArgs
+from sglang.srt.errors import ConfigError
 
 TokenizedItem = tuple[np.ndarray, Optional[np.ndarray]]  # (input_ids, token_type_ids)
 
@@ -43,15 +44,14 @@ class InputTokenizer:
 
     def tokenize(self, req: EmbeddingReqInput) -> list[TokenizedItem]:
         if req.batch_size == 0:
-            raise EmbeddingError(400, "Input cannot be empty.", param="input")
+            raise EmbeddingError(ErrorKind.INVALID_REQUEST, "Input cannot be empty.", param="input")
         if req.text_pairs is not None:
             items = self.tokenize_pairs(req.text_pairs)
         else:
             items = self._from_text(req.text) if req.text is not None else self._from_ids(req.input_ids)
         for ids, _ in items:
             if len(ids) > self.max_num_tokens:
-                raise EmbeddingError(
-                    400,
+                raise EmbeddingError(ErrorKind.INVALID_REQUEST,
                     f"The input ({len(ids)} tokens) is longer than the server's per-batch token budget "
                     f"(--max-num-tokens {self.max_num_tokens}).",
                     param="input",
@@ -63,15 +63,15 @@ class InputTokenizer:
             return ids
         if self.truncate:
             return ids[: self.context_length]
-        raise EmbeddingError(400, too_long_message(len(ids), self.context_length), param="input")
+        raise EmbeddingError(ErrorKind.INVALID_REQUEST, too_long_message(len(ids), self.context_length), param="input")
 
     def _from_text(self, texts: list[str]) -> list[TokenizedItem]:
         for i, t in enumerate(texts):
             where = "" if len(texts) == 1 else f" at index {i}"
             if not t or not t.strip():
-                raise EmbeddingError(400, f"Input{where} is empty or whitespace only.", param="input")
+                raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"Input{where} is empty or whitespace only.", param="input")
             if not _is_utf8_encodable(t):  # JSON "\ud800" escapes decode to lone surrogates
-                raise EmbeddingError(400, f"Input{where} is not valid Unicode (it holds a lone surrogate).",
+                raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"Input{where} is not valid Unicode (it holds a lone surrogate).",
                                      param="input")
         if self.do_lower_case:
             texts = [t.lower() for t in texts]
@@ -90,17 +90,15 @@ class InputTokenizer:
         for i, ids in enumerate(batches):
             where = "" if len(batches) == 1 else f" at index {i}"
             if not ids:
-                raise EmbeddingError(400, f"Token-id input{where} is empty.", param="input")
+                raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"Token-id input{where} is empty.", param="input")
             try:
                 arr = np.asarray(ids, dtype=np.int64)
             except OverflowError:  # beyond int64 (and maybe too long to print)
-                raise EmbeddingError(
-                    400, f"A token id{where} is outside the vocabulary [0, {self.vocab_size}).", param="input"
+                raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"A token id{where} is outside the vocabulary [0, {self.vocab_size}).", param="input"
                 ) from None
             if arr.min() < 0 or arr.max() >= self.vocab_size:
                 bad = int(arr[(arr < 0) | (arr >= self.vocab_size)][0])
-                raise EmbeddingError(
-                    400, f"Token id {bad}{where} is outside the vocabulary [0, {self.vocab_size}).", param="input"
+                raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"Token id {bad}{where} is outside the vocabulary [0, {self.vocab_size}).", param="input"
                 )
             out.append((self._limit(arr).astype(np.int32), None))
         return out
@@ -113,9 +111,9 @@ class InputTokenizer:
             for part, name, param in zip(pair, ("query", "document"), ("query", "documents")):
                 where = f" at index {i}" if name == "document" and len(pairs) > 1 else ""
                 if not part or not part.strip():
-                    raise EmbeddingError(400, f"The {name}{where} is empty or whitespace only.", param=param)
+                    raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"The {name}{where} is empty or whitespace only.", param=param)
                 if not _is_utf8_encodable(part):
-                    raise EmbeddingError(400, f"The {name}{where} is not valid Unicode (it holds a lone surrogate).",
+                    raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"The {name}{where} is not valid Unicode (it holds a lone surrogate).",
                                          param=param)
         queries, docs = [p[0] for p in pairs], [p[1] for p in pairs]
         if self.do_lower_case:

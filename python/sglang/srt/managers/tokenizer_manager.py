@@ -17,7 +17,7 @@ import numpy as np
 import zmq
 import zmq.asyncio
 
-from sglang.srt.managers.errors import EmbeddingError, engine_error, queue_full_error
+from sglang.srt.errors import EmbeddingError, ErrorKind, engine_error, queue_full_error
 from sglang.srt.managers.io_struct import (
     AbortReq,
     BatchEmbeddingResult,
@@ -68,8 +68,8 @@ class TokenizerManager:
                  tokenizer=None, metrics: Optional[ServerMetrics] = None) -> None:
         self.server_args = server_args
         self.metrics = metrics or ServerMetrics()
-        # The scheduler answers 504 for inputs queued past --request-timeout; this backstop answers
-        # 504 for anything still unanswered at twice that (a batch that never ends, a lost message).
+        # The scheduler times out inputs queued past --request-timeout; this backstop times out
+        # anything still unanswered at twice that (a batch that never ends, a lost message).
         self.backstop_timeout: Optional[float] = 2 * server_args.request_timeout or None
         self.model_info = model_info
         self.worker_id = worker_id
@@ -100,9 +100,9 @@ class TokenizerManager:
         return self.dead_reason is None
 
     def on_engine_dead(self, reason: str) -> None:
-        """A child process died: fail everything in flight with 503, and everything after it."""
+        """A child process died: fail everything in flight as UNAVAILABLE, and everything after it."""
         self.dead_reason = reason
-        err = EmbeddingError(503, f"The embedding engine is unavailable: {reason}")
+        err = EmbeddingError(ErrorKind.UNAVAILABLE, f"The embedding engine is unavailable: {reason}")
         for state, _ in list(self.states.values()):
             if not state.future.done():
                 state.future.set_exception(err)
@@ -119,7 +119,7 @@ class TokenizerManager:
     # ----- requests -----
     async def embed(self, req: EmbeddingReqInput) -> EmbeddingResult:
         if self.dead_reason is not None:
-            raise EmbeddingError(503, f"The embedding engine is unavailable: {self.dead_reason}")
+            raise EmbeddingError(ErrorKind.UNAVAILABLE, f"The embedding engine is unavailable: {self.dead_reason}")
         if not self.has_room(req.batch_size):
             # Answering here spares the tokenizer and two process hops per refusal, which under
             # overload is what slows the requests that were accepted.
@@ -160,7 +160,7 @@ class TokenizerManager:
                 await asyncio.wait_for(state.future, self.backstop_timeout)
         except asyncio.TimeoutError:
             self._abort([r.rid for r in reqs])
-            raise EmbeddingError(504, f"No answer from the engine within {self.backstop_timeout:g} s "
+            raise EmbeddingError(ErrorKind.TIMEOUT, f"No answer from the engine within {self.backstop_timeout:g} s "
                                       "(twice --request-timeout).") from None
         except (asyncio.CancelledError, EmbeddingError):
             self._abort([r.rid for r in reqs])
@@ -209,7 +209,7 @@ class TokenizerManager:
 
 
 def admission_limit(server_args: ServerArgs) -> int:
-    """Most inputs one tokenizer manager keeps in flight before it answers 429 by itself.
+    """Most inputs one tokenizer manager keeps in flight before it refuses more by itself (QUEUE_FULL).
 
     The scheduler holds at most --max-queue-size waiting inputs and runs a batch taken from them,
     so inputs in flight beyond queue + min(batch, queue) cannot all have room. The count is this

@@ -19,7 +19,8 @@ from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_executor.multimodal_batch import build_multimodal_batch, has_images, vision_info
 from sglang.srt.model_loader.hub import resolve_model_path
 from sglang.srt.model_loader.loader import load_model
-from sglang.srt.server_args import ConfigError, ServerArgs
+from sglang.srt.server_args import ServerArgs
+from sglang.srt.errors import ConfigError
 
 if TYPE_CHECKING:
     from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from sglang.srt.server_args import ConfigError
+from sglang.srt.errors import ConfigError
 
 # What a checkpoint needs to be served; LM heads and training state are skipped by the loader anyway.
 _ALLOW_PATTERNS = [

@@ -10,7 +10,7 @@ from torch import nn
 from sglang.srt.configs.model_config import ModelConfig
 from sglang.srt.model_loader.weight_utils import iterate_weights
 from sglang.srt.models.registry import ModelRegistry
-from sglang.srt.server_args import ConfigError
+from sglang.srt.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

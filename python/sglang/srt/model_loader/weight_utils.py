@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from sglang.srt.layers.linear import default_weight_loader
-from sglang.srt.server_args import ConfigError
+from sglang.srt.errors import ConfigError
 
 # (fused parameter fragment, checkpoint fragment, shard id)
 StackedMapping = list[tuple[str, str, object]]

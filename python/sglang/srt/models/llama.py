@@ -21,7 +21,7 @@ from sglang.srt.layers.linear import Linear, MergedLinear, QKVLinear, default_we
 from sglang.srt.layers.rotary_embedding import RotaryEmbedding
 from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_loader.weight_utils import DECODER_STACKED_PARAMS, load_decoder_weights
-from sglang.srt.server_args import ConfigError
+from sglang.srt.errors import ConfigError
 
 
 @dataclass(frozen=True)

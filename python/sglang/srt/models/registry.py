@@ -6,7 +6,7 @@ import importlib
 from dataclasses import dataclass, replace
 from typing import Optional
 
-from sglang.srt.server_args import ConfigError
+from sglang.srt.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ import orjson
 from sglang.srt.configs.output_config import OUTPUT_LOGITS
 from sglang.srt.entrypoints.openai.serving_embedding import check_client_batch_size, check_model_name
 from sglang.srt.entrypoints.openai.task_protocol import ClassifyRequest, TextOrIdsInput
-from sglang.srt.managers.errors import EmbeddingError
+from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import FORMAT_RAW, EmbeddingReqInput
 from sglang.srt.managers.tokenizer_manager import EmbeddingResult, TokenizerManager, payload_to_array
 
@@ -28,7 +28,7 @@ def text_or_ids_request(inp: TextOrIdsInput, rid: Optional[str]) -> EmbeddingReq
     if isinstance(inp, str):
         return EmbeddingReqInput(text=[inp], encoding_format=FORMAT_RAW, rid=rid)
     if not inp:
-        raise EmbeddingError(400, "Input cannot be empty.", param="input")
+        raise EmbeddingError(ErrorKind.INVALID_REQUEST, "Input cannot be empty.", param="input")
     if isinstance(inp[0], str):
         return EmbeddingReqInput(text=list(inp), encoding_format=FORMAT_RAW, rid=rid)
     ids = [list(inp)] if isinstance(inp[0], int) else [list(x) for x in inp]
@@ -37,7 +37,7 @@ def text_or_ids_request(inp: TextOrIdsInput, rid: Optional[str]) -> EmbeddingReq
 
 def require_classifier(model_info: dict, name: str, endpoint: str) -> None:
     if model_info.get("embeddings_output") != OUTPUT_LOGITS:
-        raise EmbeddingError(400, f"Model '{name}' is not a classification model; {endpoint} needs a "
+        raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"Model '{name}' is not a classification model; {endpoint} needs a "
                                   "*ForSequenceClassification checkpoint.", param="model")
 
 

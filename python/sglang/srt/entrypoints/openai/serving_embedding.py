@@ -6,7 +6,7 @@ from typing import Optional
 
 import orjson
 
-from sglang.srt.managers.errors import EmbeddingError
+from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.configs.output_config import OUTPUT_SPARSE
 from sglang.srt.managers.io_struct import FORMAT_BASE64, FORMAT_SPARSE_DICT, EmbeddingReqInput, MultimodalItem
 from sglang.srt.managers.matryoshka import validate_dimensions
@@ -17,7 +17,7 @@ from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest, MultimodalE
 def check_model_name(requested: Optional[str], served: str) -> None:
     """A `model` other than the served one is OpenAI's 404 model_not_found (omitted is fine)."""
     if requested is not None and requested != served:
-        raise EmbeddingError(404, f"The model `{requested}` does not exist.", param="model", code="model_not_found")
+        raise EmbeddingError(ErrorKind.MODEL_NOT_FOUND, f"The model `{requested}` does not exist.", param="model", code="model_not_found")
 
 
 def to_req_input(request: EmbeddingRequest, rid: Optional[str] = None) -> EmbeddingReqInput:
@@ -28,7 +28,7 @@ def to_req_input(request: EmbeddingRequest, rid: Optional[str] = None) -> Embedd
         return EmbeddingReqInput(text=[inp], dimensions=request.dimensions,
                                  encoding_format=request.encoding_format, rid=rid)
     if not inp:
-        raise EmbeddingError(400, "Input cannot be empty.", param="input")
+        raise EmbeddingError(ErrorKind.INVALID_REQUEST, "Input cannot be empty.", param="input")
     first = inp[0]
     if isinstance(first, str):
         return EmbeddingReqInput(text=list(inp), dimensions=request.dimensions,
@@ -51,7 +51,7 @@ def check_client_batch_size(n: int, server_args) -> None:
     if server_args.max_queue_size < limit:
         limit, flag = server_args.max_queue_size, "--max-queue-size"
     if n > limit:
-        raise EmbeddingError(413, f"The request has {n} inputs; this server takes at most {limit} per request "
+        raise EmbeddingError(ErrorKind.TOO_LARGE, f"The request has {n} inputs; this server takes at most {limit} per request "
                                   f"({flag}).", param="input")
 
 
@@ -61,7 +61,7 @@ def sparse_embeddings_format(model_info: dict, requested: str) -> Optional[str]:
     if model_info.get("embeddings_output") != OUTPUT_SPARSE:
         return None
     if requested == FORMAT_BASE64:
-        raise EmbeddingError(400, "encoding_format 'base64' is not available for sparse embeddings; "
+        raise EmbeddingError(ErrorKind.INVALID_REQUEST, "encoding_format 'base64' is not available for sparse embeddings; "
                                   "use 'float' ({token_id: weight} objects).", param="encoding_format")
     return FORMAT_SPARSE_DICT
 

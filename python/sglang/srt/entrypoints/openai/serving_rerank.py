@@ -18,7 +18,7 @@ import orjson
 from sglang.srt.entrypoints.openai.serving_classify import require_classifier
 from sglang.srt.entrypoints.openai.serving_embedding import check_client_batch_size, check_model_name
 from sglang.srt.entrypoints.openai.task_protocol import RerankRequest
-from sglang.srt.managers.errors import EmbeddingError
+from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import FORMAT_RAW, EmbeddingReqInput
 from sglang.srt.managers.tokenizer_manager import EmbeddingResult, TokenizerManager, payload_to_array
 
@@ -48,13 +48,13 @@ class OpenAIServingRerank:
         require_classifier(self.tm.model_info, self.served_model_name, "/v1/rerank")
         labels = self.tm.model_info.get("labels") or []
         if len(labels) != 1:
-            raise EmbeddingError(400, f"Model '{self.served_model_name}' has {len(labels)} labels; /v1/rerank needs "
+            raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"Model '{self.served_model_name}' has {len(labels)} labels; /v1/rerank needs "
                                       "a cross-encoder with a single relevance logit (use /v1/classify).",
                                  param="model")
         if not request.documents:
-            raise EmbeddingError(400, "documents cannot be empty.", param="documents")
+            raise EmbeddingError(ErrorKind.INVALID_REQUEST, "documents cannot be empty.", param="documents")
         if request.top_n is not None and request.top_n < 1:
-            raise EmbeddingError(400, f"top_n must be at least 1, got {request.top_n}.", param="top_n")
+            raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"top_n must be at least 1, got {request.top_n}.", param="top_n")
 
     async def create_rerank(self, request: RerankRequest, rid: Optional[str] = None) -> tuple[bytes, EmbeddingResult]:
         self.validate(request)

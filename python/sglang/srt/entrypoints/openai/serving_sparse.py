@@ -12,7 +12,7 @@ from typing import Optional
 
 from sglang.srt.entrypoints.openai.serving_embedding import check_client_batch_size
 from sglang.srt.entrypoints.openai.task_protocol import SparseEmbedRequest
-from sglang.srt.managers.errors import EmbeddingError
+from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import FORMAT_SPARSE_TEI, FORMAT_SPARSE_TEI_TEXT, EmbeddingReqInput
 from sglang.srt.managers.tokenizer_manager import EmbeddingResult, TokenizerManager
 
@@ -24,11 +24,11 @@ class ServingSparseEmbedding:
 
     async def embed_sparse(self, request: SparseEmbedRequest, rid: Optional[str] = None) -> tuple[bytes, EmbeddingResult]:
         if not self.tm.model_info.get("sparse_head"):
-            raise EmbeddingError(400, f"Model '{self.served_model_name}' has no sparse head; serve a SPLADE or "
+            raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"Model '{self.served_model_name}' has no sparse head; serve a SPLADE or "
                                       "bge-m3 checkpoint, or pass --sparse-head.", param="model")
         texts = [request.inputs] if isinstance(request.inputs, str) else list(request.inputs)
         if not texts:
-            raise EmbeddingError(400, "Input cannot be empty.", param="inputs")
+            raise EmbeddingError(ErrorKind.INVALID_REQUEST, "Input cannot be empty.", param="inputs")
         check_client_batch_size(len(texts), self.tm.server_args)
         fmt = FORMAT_SPARSE_TEI_TEXT if request.return_text else FORMAT_SPARSE_TEI
         result = await self.tm.embed(EmbeddingReqInput(text=texts, encoding_format=fmt, rid=rid))

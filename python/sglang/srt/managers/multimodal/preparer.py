@@ -4,8 +4,8 @@ Called by TokenizerManager.embed for requests whose input is a list of objects; 
 token ids never come here. Per request: every item is rendered through the chat template and the
 prompts are tokenized in one call on the event loop (as the text path does), while each item's
 image is fetched in one thread pool and decoded and preprocessed in another, all items at once.
-A failing item fails its own request with a 400 that names the item; nothing reaches the
-scheduler then.
+A failing item fails its own request (INVALID_REQUEST) with a message that names the item;
+nothing reaches the scheduler then.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from sglang.srt.conversation import PromptTemplate, load_chat_template
-from sglang.srt.managers.errors import EmbeddingError
+from sglang.srt.configs.chat_template import PromptTemplate, load_chat_template
+from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import MultimodalItem, TokenizedEmbeddingReqInput
 from sglang.srt.managers.multimodal.image_fetch import ImageFetchLimits, ImageLoadError, decode_image, read_image_bytes
 from sglang.srt.managers.multimodal.processors import (
@@ -49,7 +49,7 @@ class PreparedItem:
 
 
 def item_error(index: int, message: str) -> EmbeddingError:
-    return EmbeddingError(400, f"Item {index}: {message}", param="input")
+    return EmbeddingError(ErrorKind.INVALID_REQUEST, f"Item {index}: {message}", param="input")
 
 
 class MultimodalPreparer:
@@ -88,7 +88,7 @@ class MultimodalPreparer:
     # ----- the request path -----
     async def prepare(self, items: Sequence[MultimodalItem]) -> list[PreparedItem]:
         if not items:
-            raise EmbeddingError(400, "Input cannot be empty.", param="input")
+            raise EmbeddingError(ErrorKind.INVALID_REQUEST, "Input cannot be empty.", param="input")
         prompts = [self._render(i, item) for i, item in enumerate(items)]
         loads = {i: asyncio.ensure_future(self._load(item.image))
                  for i, item in enumerate(items) if item.image is not None}
@@ -103,7 +103,7 @@ class MultimodalPreparer:
                 raise item_error(i, f"could not load image: {err}")
             if isinstance(err, BaseException):  # a bug on our side, not a bad image
                 logger.error("image preprocessing of item %d failed: %r", i, err)
-                raise EmbeddingError(500, f"Item {i}: internal error while processing the image: "
+                raise EmbeddingError(ErrorKind.INTERNAL, f"Item {i}: internal error while processing the image: "
                                           f"{type(err).__name__}: {err}")
         return [self._finish(i, ids[i], images.get(i)) for i in range(len(items))]
 

@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from sglang.srt.server_args import ConfigError
+from sglang.srt.errors import ConfigError
 
 
 class Qwen2VLImages:

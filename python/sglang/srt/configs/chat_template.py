@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from typing import Optional, Protocol
 
-from sglang.srt.server_args import ConfigError
+from sglang.srt.errors import ConfigError
 
 
 class PromptTemplate(Protocol):
