@@ -164,4 +164,4 @@ def test_model_info_reports_matryoshka(qwen3_dir):
 
     info = make_runner(qwen3_dir, is_embedding=True,
                        json_model_override_args='{"matryoshka_dimensions": [8, 16]}').model_info()
-    assert (info["is_matryoshka"], info["matryoshka_dimensions"], info["embedding_dim"]) == (True, [8, 16], 48)
+    assert (info.is_matryoshka, info.matryoshka_dimensions, info.embedding_dim) == (True, (8, 16), 48)

@@ -6,10 +6,11 @@ import pytest
 
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.matryoshka import validate_dimensions
+from test.helpers.model_info import make_model_info
 
-PLAIN = {"is_matryoshka": False, "matryoshka_dimensions": None, "embedding_dim": 64}
-LISTED = {"is_matryoshka": True, "matryoshka_dimensions": [16, 32, 64], "embedding_dim": 64}
-ANY = {"is_matryoshka": True, "matryoshka_dimensions": None, "embedding_dim": 64}
+PLAIN = make_model_info(is_matryoshka=False, matryoshka_dimensions=None, embedding_dim=64)
+LISTED = make_model_info(is_matryoshka=True, matryoshka_dimensions=(16, 32, 64), embedding_dim=64)
+ANY = make_model_info(is_matryoshka=True, matryoshka_dimensions=None, embedding_dim=64)
 
 
 @pytest.mark.parametrize("info, dims", [(PLAIN, None), (LISTED, None), (LISTED, 16), (LISTED, 64),

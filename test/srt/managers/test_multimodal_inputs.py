@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from sglang.srt.configs.chat_template import ChatTemplate, load_chat_template
+from sglang.srt.configs.model_info import ModelInfo, VisionInfo
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import MultimodalItem
 from sglang.srt.managers.multimodal.preparer import MultimodalPreparer
@@ -23,6 +24,7 @@ from sglang.srt.managers.multimodal.processors import (
 )
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.errors import ConfigError
+from test.helpers.model_info import make_model_info
 from test.helpers.images import ImageServer, data_uri, encode_image, gradient_image
 from test.helpers.tiny_models import build_tiny_gme
 
@@ -137,11 +139,9 @@ def gme_dir(tmp_path_factory) -> str:
     return build_tiny_gme(str(tmp_path_factory.mktemp("gme")))
 
 
-def _info(gme_dir, context=512, vision=True) -> dict:
-    info = {"max_input_length": context, "vocab_size": 360}
-    if vision:
-        info["vision"] = {"model_dir": gme_dir, "image_token_id": 5, "spatial_merge_size": 2}
-    return info
+def _info(gme_dir, context=512, vision=True) -> ModelInfo:
+    images = VisionInfo(model_dir=gme_dir, image_token_id=5, spatial_merge_size=2) if vision else None
+    return make_model_info(max_input_length=context, vocab_size=360, vision=images)
 
 
 def _preparer(gme_dir, info=None, **kwargs) -> MultimodalPreparer:

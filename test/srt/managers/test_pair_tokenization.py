@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from sglang.srt.errors import EmbeddingError
 from sglang.srt.managers.io_struct import EmbeddingReqInput
 from sglang.srt.managers.tokenization import InputTokenizer, load_tokenizer
 from sglang.srt.server_args import ServerArgs
+from test.helpers.model_info import make_model_info
 
-INFO = {"max_input_length": 12, "vocab_size": 30522, "pair_token_types": True}
+INFO = make_model_info(max_input_length=12, vocab_size=30522, pair_token_types=True)
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +28,7 @@ def test_pairs_are_joined_with_segment_ids(hf_tokenizer):
     (ids, types), = _tok(hf_tokenizer).tokenize(EmbeddingReqInput(text_pairs=[("hello", "big world")]))
     assert ids.tolist() == [101, 7592, 102, 2502, 2088, 102]
     assert types.tolist() == [0, 0, 0, 1, 1, 1] and types.dtype.name == "int32"
-    (_, no_types), = _tok(hf_tokenizer, {**INFO, "pair_token_types": False}).tokenize(
+    (_, no_types), = _tok(hf_tokenizer, dataclasses.replace(INFO, pair_token_types=False)).tokenize(
         EmbeddingReqInput(text_pairs=[("hello", "big world")]))
     assert no_types is None  # RoBERTa-style models: one token type
 

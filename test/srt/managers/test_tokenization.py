@@ -8,8 +8,9 @@ from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import EmbeddingReqInput
 from sglang.srt.managers.tokenization import InputTokenizer, load_tokenizer
 from sglang.srt.server_args import ServerArgs
+from test.helpers.model_info import make_model_info
 
-INFO = {"max_input_length": 16, "vocab_size": 30522}
+INFO = make_model_info(max_input_length=16, vocab_size=30522)
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,9 @@ from sglang.srt.managers.tokenizer_manager import TokenizerManager
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.msgcodec import decode, encode
 from sglang.srt.utils.network import PortArgs, make_socket
+from test.helpers.model_info import make_model_info
 
-INFO = {"max_input_length": 256, "vocab_size": 30522}
+INFO = make_model_info(max_input_length=256, vocab_size=30522)
 
 
 @pytest.fixture(scope="module")

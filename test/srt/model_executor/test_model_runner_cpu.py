@@ -31,13 +31,13 @@ def test_bfloat16_vectors_stay_within_0999_of_float32(corpus_ids):
     assert got.dtype == np.float32 and got.shape == ref.shape
     assert cosine_rows(got, ref).min() >= 0.999
     info = bf16.model_info()
-    assert info["dtype"] == "bfloat16" and info["cpu_bf16_units"] == cpu_bf16_units()
+    assert info.dtype == "bfloat16" and info.cpu_bf16_units == cpu_bf16_units()
 
 
 def test_cpu_threads_flag_sets_torch_threads():
     before = torch.get_num_threads()
     try:
         runner = ModelRunner(ServerArgs(device="cpu", cpu_threads=1))
-        assert torch.get_num_threads() == 1 and runner.model_info()["cpu_threads"] == 1
+        assert torch.get_num_threads() == 1 and runner.model_info().cpu_threads == 1
     finally:
         torch.set_num_threads(before)

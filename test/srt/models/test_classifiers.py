@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from sglang.srt.configs.model_info import OutputKind
 from sglang.srt.managers.io_struct import EmbeddingReqInput
 from sglang.srt.managers.tokenization import InputTokenizer
 from sglang.srt.server_args import ServerArgs
@@ -43,8 +44,8 @@ def test_bert_cross_encoder_with_token_types(tmp_path):
     d = build_tiny_bert_task(str(tmp_path / "bert"), "seq_cls", num_labels=3, id2label=LABELS)
     runner = make_runner(d)  # served as-is: no flags
     info = runner.model_info()
-    assert info["embeddings_output"] == "logits" and info["labels"] == ["negative", "positive", "neutral"]
-    assert info["embedding_dim"] == 3 and info["pair_token_types"] and not runner.model_config.normalize
+    assert info.embeddings_output is OutputKind.LOGITS and info.labels == ("negative", "positive", "neutral")
+    assert info.embedding_dim == 3 and info.pair_token_types and not runner.model_config.normalize
     ids, types = _pair_inputs(runner, d)
     assert all(t is not None and t.max() == 1 for t in types)  # the document is segment 1
     ours = runner.embed(ids, types)

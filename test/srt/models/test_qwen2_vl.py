@@ -69,8 +69,8 @@ def test_detected_as_lasttoken_decoder_with_images(runner, gme_dir):
     mc = runner.model_config
     assert mc.architecture == "Qwen2VLForConditionalGeneration"
     assert mc.pooling == "lasttoken" and mc.normalize and mc.hidden_size == 64 and mc.context_length == 512
-    info = runner.model_info()["vision"]
-    assert info["spatial_merge_size"] == 2 and info["model_dir"] == os.path.abspath(gme_dir)
+    info = runner.model_info().vision
+    assert info.spatial_merge_size == 2 and info.model_dir == os.path.abspath(gme_dir)
 
 
 def test_text_image_fused_and_two_image_sizes_in_one_batch(gme_dir, runner, hf_model, images):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from sglang.srt.configs.model_info import OutputKind
 from sglang.srt.managers.io_struct import (
     FORMAT_FLOAT, FORMAT_SPARSE_DICT, FORMAT_SPARSE_TEI, ForwardOutput, TokenizedEmbeddingReqInput,
 )
@@ -56,7 +57,7 @@ def bge_m3_dir(tmp_path_factory) -> str:
 def test_bge_m3_sparse_matches_reference_and_dense_stays_default(bge_m3_dir):
     runner = make_runner(bge_m3_dir)  # sparse_linear.pt detected; /v1/embeddings stays dense
     info = runner.model_info()
-    assert info["embeddings_output"] == "dense" and info["sparse_head"] == "linear"
+    assert info.embeddings_output is OutputKind.DENSE and info.sparse_head == "linear"
     ids = tokenize_for_runner(bge_m3_dir, MIXED_TEXTS)
     # A mixed batch: odd inputs ask for sparse rows, even ones for dense vectors.
     formats = [FORMAT_SPARSE_TEI if i % 2 else FORMAT_FLOAT for i in range(len(ids))]
@@ -75,7 +76,7 @@ def test_bge_m3_sparse_matches_reference_and_dense_stays_default(bge_m3_dir):
 def test_explicit_sparse_head_path_makes_embeddings_sparse(bge_m3_dir, tmp_path):
     other = write_sparse_linear(str(tmp_path), 32, seed=7)
     runner = make_runner(bge_m3_dir, sparse_head=other)
-    assert runner.model_info()["embeddings_output"] == "sparse"
+    assert runner.model_info().embeddings_output is OutputKind.SPARSE
     assert runner.model_config.embedding_dim == runner.model_config.vocab_size
     with pytest.raises(ConfigError, match="no such file"):
         make_runner(bge_m3_dir, sparse_head="missing.pt")
@@ -89,7 +90,7 @@ def test_splade_matches_sentence_transformers(tmp_path, pooling_strategy):
     d = build_tiny_splade(str(tmp_path / "splade"), pooling_strategy=pooling_strategy)
     runner = make_runner(d)  # SpladePooling in modules.json: a sparse-only model
     info = runner.model_info()
-    assert info["embeddings_output"] == "sparse" and info["sparse_head"] == "splade"
+    assert info.embeddings_output is OutputKind.SPARSE and info.sparse_head == "splade"
     ids = tokenize_for_runner(d, MIXED_TEXTS)
     out = runner.run_requests(_requests(ids, [FORMAT_SPARSE_DICT] * len(ids)))
     assert out.embeddings.shape == (len(ids), 0)
@@ -104,7 +105,7 @@ def test_splade_matches_sentence_transformers(tmp_path, pooling_strategy):
 def test_splade_flag_on_a_masked_lm_checkpoint_and_refusals(tmp_path):
     d = build_tiny_splade(str(tmp_path / "splade"))
     hf_dir = d + "-hf"  # the bare BertForMaskedLM: dense unless asked for SPLADE
-    assert make_runner(hf_dir).model_info()["embeddings_output"] == "dense"
+    assert make_runner(hf_dir).model_info().embeddings_output is OutputKind.DENSE
     runner = make_runner(hf_dir, sparse_head="splade")
     ids = tokenize_for_runner(hf_dir, MIXED_TEXTS[:2])
     via_flag = _rows(runner.run_requests(_requests(ids, [FORMAT_SPARSE_TEI] * 2)))

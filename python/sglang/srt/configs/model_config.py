@@ -9,7 +9,8 @@ from typing import Optional
 import torch
 
 from sglang.srt.configs.chat_template import load_chat_template
-from sglang.srt.configs.output_config import OUTPUT_LOGITS, OUTPUT_SPARSE, OutputConfig, resolve_output
+from sglang.srt.configs.model_info import OutputKind
+from sglang.srt.configs.output_config import OutputConfig, resolve_output
 from sglang.srt.configs.sentence_transformers import (
     SentenceTransformersInfo,
     read_sentence_transformers_info,
@@ -74,9 +75,9 @@ class ModelConfig:
 
     @property
     def embedding_dim(self) -> int:
-        if self.output.embeddings_output == OUTPUT_LOGITS:
+        if self.output.embeddings_output is OutputKind.LOGITS:
             return len(self.output.labels)
-        if self.output.embeddings_output == OUTPUT_SPARSE:
+        if self.output.embeddings_output is OutputKind.SPARSE:
             return self.vocab_size  # the sparse vectors' index space
         dense = self.st_info.dense_layers
         return dense[-1].out_features if dense else self.hidden_size
@@ -103,7 +104,7 @@ class ModelConfig:
         pooling = st_info.pooling or spec.default_pooling_for(text_config)
         # Without sentence-transformers files we follow the model family's convention; with them,
         # exactly what sentence-transformers would do, so vectors match its `encode`. Logits never.
-        normalize = st_info.normalize if st_info.declares_pooling else output.embeddings_output != OUTPUT_LOGITS
+        normalize = st_info.normalize if st_info.declares_pooling else output.embeddings_output is not OutputKind.LOGITS
         hidden = text_config.hidden_size
         config = cls(
             model_path=model_dir,

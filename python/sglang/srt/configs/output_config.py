@@ -16,10 +16,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
+from sglang.srt.configs.model_info import OutputKind
 from sglang.srt.configs.sentence_transformers import SentenceTransformersInfo, SpladePoolingSpec
 from sglang.srt.errors import ConfigError
 
-OUTPUT_DENSE, OUTPUT_SPARSE, OUTPUT_LOGITS = "dense", "sparse", "logits"
 BGE_M3_SPARSE_FILE = "sparse_linear.pt"
 
 
@@ -33,7 +33,7 @@ class SparseHeadConfig:
 
 @dataclass(frozen=True)
 class OutputConfig:
-    embeddings_output: str = OUTPUT_DENSE  # what /v1/embeddings (and Engine.encode) return
+    embeddings_output: OutputKind = OutputKind.DENSE  # what /v1/embeddings (and Engine.encode) return
     sparse: Optional[SparseHeadConfig] = None
     classifier: Optional[str] = None  # registry head kind for *ForSequenceClassification
     labels: tuple[str, ...] = ()  # class names by index (config.json's id2label)
@@ -44,14 +44,14 @@ class OutputConfig:
 
     @property
     def has_dense(self) -> bool:
-        return self.embeddings_output != OUTPUT_SPARSE
+        return self.embeddings_output is not OutputKind.SPARSE
 
     def info(self) -> dict:
-        """The part of /model_info that the HTTP process routes on."""
+        """The fields of ModelInfo that the HTTP process routes on."""
         return {
             "embeddings_output": self.embeddings_output,
             "sparse_head": self.sparse.kind if self.sparse else None,
-            "labels": list(self.labels) if self.classifier else None,
+            "labels": self.labels if self.classifier else None,
             "problem_type": self.problem_type,
             "pair_token_types": self.pair_token_types,
         }
@@ -89,16 +89,16 @@ def resolve_output(sparse_head: Optional[str], model_dir: str, text_config, spec
         labels = _labels(text_config)
         if not labels:
             raise ConfigError(f"{architecture} checkpoint in {model_dir} declares no labels (num_labels)")
-        return OutputConfig(OUTPUT_LOGITS, classifier=spec.classifier, labels=labels,
+        return OutputConfig(OutputKind.LOGITS, classifier=spec.classifier, labels=labels,
                             problem_type=getattr(text_config, "problem_type", None),
                             pair_token_types=int(getattr(text_config, "type_vocab_size", 0) or 0) > 1)
     if sparse_head == "splade":
-        return OutputConfig(OUTPUT_SPARSE, sparse=_splade(spec, architecture, st_info))
+        return OutputConfig(OutputKind.SPARSE, sparse=_splade(spec, architecture, st_info))
     if sparse_head:
-        return OutputConfig(OUTPUT_SPARSE, sparse=SparseHeadConfig("linear", _linear_head_path(sparse_head, model_dir)))
+        return OutputConfig(OutputKind.SPARSE, sparse=SparseHeadConfig("linear", _linear_head_path(sparse_head, model_dir)))
     if st_info.splade is not None:
-        return OutputConfig(OUTPUT_SPARSE, sparse=_splade(spec, architecture, st_info))
+        return OutputConfig(OutputKind.SPARSE, sparse=_splade(spec, architecture, st_info))
     bundled = os.path.join(model_dir, BGE_M3_SPARSE_FILE)
     if os.path.isfile(bundled):
-        return OutputConfig(OUTPUT_DENSE, sparse=SparseHeadConfig("linear", bundled))
-    return OutputConfig(OUTPUT_DENSE)
+        return OutputConfig(OutputKind.DENSE, sparse=SparseHeadConfig("linear", bundled))
+    return OutputConfig(OutputKind.DENSE)

@@ -15,7 +15,7 @@ from typing import Optional, Union
 import orjson
 
 from sglang.srt.configs.model_config import check_model
-from sglang.srt.configs.output_config import OUTPUT_SPARSE
+from sglang.srt.configs.model_info import OutputKind
 from sglang.srt.entrypoints.engine_processes import EngineProcesses
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import FORMAT_RAW, FORMAT_SPARSE_DICT, EmbeddingReqInput, MultimodalItem
@@ -72,7 +72,7 @@ class Engine:
         req, single = _to_request(prompt)
         validate_dimensions(dimensions, self.model_info, self.server_args.served_model_name)
         req.dimensions = dimensions
-        sparse = self.model_info.get("embeddings_output") == OUTPUT_SPARSE
+        sparse = self.model_info.embeddings_output is OutputKind.SPARSE
         req.encoding_format = FORMAT_SPARSE_DICT if sparse else FORMAT_RAW
         payloads, prompt_tokens = [], []
         # A call larger than --max-queue-size could never be queued whole: it goes in parts.
@@ -87,7 +87,7 @@ class Engine:
         return out[0] if single else out
 
     def get_model_info(self) -> dict:
-        return dict(self.model_info)
+        return self.model_info.to_dict()
 
     def shutdown(self) -> None:
         if self._closed:

@@ -14,6 +14,7 @@ import time
 from multiprocessing.connection import wait as mp_wait
 from typing import Callable, Optional
 
+from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.managers.detokenizer_manager import run_detokenizer_process
 from sglang.srt.managers.scheduler_process import run_scheduler_process
 from sglang.srt.server_args import ServerArgs
@@ -33,12 +34,12 @@ class EngineProcesses:
         self.port_args = PortArgs.create()
         self.procs: list[mp.Process] = []
         self.http_procs: list[mp.Process] = []  # extra HTTP workers (also in procs)
-        self.model_info: dict = {}
+        self.model_info: Optional[ModelInfo] = None
         self._stopping = False  # shutdown() is stopping the children
         self._draining = False  # SIGTERM/SIGINT: HTTP processes finish their requests, then exit
         self._watcher: Optional[threading.Thread] = None
 
-    def start(self) -> dict:
+    def start(self) -> ModelInfo:
         """Spawn both children and block until they report READY; returns the model info."""
         ctx = mp.get_context("spawn")
         targets = (("scheduler", run_scheduler_process), ("detokenizer", run_detokenizer_process))
@@ -63,7 +64,7 @@ class EngineProcesses:
             raise
         return self.model_info
 
-    def start_http_workers(self, model_info: dict, worker_entry: HttpWorkerEntry) -> None:
+    def start_http_workers(self, model_info: ModelInfo, worker_entry: HttpWorkerEntry) -> None:
         """Spawn the extra HTTP + tokenizer processes (worker ids 1..N-1) and wait until they serve.
 
         `worker_entry` is the process's target (http_worker.run_http_worker_process), handed in by

@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.entrypoints.http_errors import HTTP_STATUS, HttpError
 from sglang.srt.entrypoints.middleware import ServerLifecycle, install_middleware, request_state
 from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest, ErrorResponse, ModelCard, ModelList
@@ -104,7 +105,7 @@ async def cancel_on_disconnect(raw: Request, work: Awaitable[T]) -> T:
         watcher.cancel()
 
 
-def create_app(server_args: ServerArgs, port_args: PortArgs, model_info: dict,
+def create_app(server_args: ServerArgs, port_args: PortArgs, model_info: ModelInfo,
                engine_alive: Callable[[], bool] = lambda: True, worker_id: int = 0,
                on_ready: Optional[Callable[[], None]] = None) -> FastAPI:
     @asynccontextmanager
@@ -165,13 +166,13 @@ def create_app(server_args: ServerArgs, port_args: PortArgs, model_info: dict,
     @app.get("/v1/models", response_model=ModelList)
     async def models():
         card = ModelCard(id=server_args.served_model_name, created=created, root=server_args.model_path,
-                         max_model_len=model_info.get("max_input_length"))
+                         max_model_len=model_info.max_input_length)
         return json_response(ModelList(data=[card]).model_dump())
 
     @app.get("/model_info")
     @app.get("/get_model_info", include_in_schema=False)
     async def get_model_info():
-        return json_response({**model_info, "is_embedding": True, "is_generation": False,
+        return json_response({**model_info.to_dict(), "is_embedding": True, "is_generation": False,
                               "tokenizer_path": server_args.tokenizer_path})
 
     async def serve_task(raw: Request, work: Callable[[Optional[str]], Awaitable],

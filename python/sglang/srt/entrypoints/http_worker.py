@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import signal
 
+from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.entrypoints.http_server import create_app, engine_died, start_draining
 from sglang.srt.entrypoints.uvicorn_server import make_listen_socket, make_server, serve
 from sglang.srt.server_args import ServerArgs
@@ -18,7 +19,7 @@ from sglang.srt.utils.network import PortArgs
 from sglang.srt.utils.process import ENGINE_DEAD_SIGNAL, set_parent_death_signal, set_process_name, watch_parent
 
 
-def run_http_worker_process(server_args: ServerArgs, port_args: PortArgs, model_info: dict, worker_id: int,
+def run_http_worker_process(server_args: ServerArgs, port_args: PortArgs, model_info: ModelInfo, worker_id: int,
                             ready_pipe, parent_pid: int) -> None:
     """An extra HTTP + tokenizer process (worker_id >= 1)."""
     # Ctrl-C reaches the whole process group; the parent stops us with SIGTERM (a graceful drain).

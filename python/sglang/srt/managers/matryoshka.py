@@ -5,19 +5,18 @@ The vector itself is cut and re-normalized by the detokenizer (detokenizer_manag
 
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from typing import Optional
 
+from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.errors import EmbeddingError, ErrorKind
 
 
-def validate_dimensions(dimensions: Optional[int], model_info: Mapping, model_name: str) -> None:
+def validate_dimensions(dimensions: Optional[int], model_info: ModelInfo, model_name: str) -> None:
     """Raise an INVALID_REQUEST EmbeddingError unless `dimensions` is None or a width this model can return.
-
-    `model_info` is ModelRunner.model_info(): is_matryoshka, matryoshka_dimensions, embedding_dim.
     """
     if dimensions is None:
         return
-    if not model_info.get("is_matryoshka"):
+    if not model_info.is_matryoshka:
         raise EmbeddingError(ErrorKind.INVALID_REQUEST,
             f"Model '{model_name}' does not support matryoshka representation, "
             "changing output dimensions will lead to poor results.",
@@ -27,12 +26,12 @@ def validate_dimensions(dimensions: Optional[int], model_info: Mapping, model_na
         raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"dimensions must be an integer, not {dimensions!r}.", param="dimensions")
     if dimensions < 1:
         raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"dimensions must be at least 1, got {dimensions}.", param="dimensions")
-    width = int(model_info["embedding_dim"])
+    width = model_info.embedding_dim
     if dimensions > width:
         raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"dimensions {dimensions} is greater than the model's embedding size {width}.",
             param="dimensions",
         )
-    allowed = model_info.get("matryoshka_dimensions")
+    allowed = model_info.matryoshka_dimensions
     if allowed and dimensions not in allowed:
         raise EmbeddingError(ErrorKind.INVALID_REQUEST,
             f"Model '{model_name}' only supports matryoshka dimensions {list(allowed)}; "

@@ -6,6 +6,7 @@ from typing import Optional
 
 import numpy as np
 
+from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import EmbeddingReqInput
 from sglang.srt.server_args import ServerArgs
@@ -33,14 +34,14 @@ def too_long_message(n: int, limit: int) -> str:
 
 
 class InputTokenizer:
-    def __init__(self, server_args: ServerArgs, model_info: dict, tokenizer=None) -> None:
+    def __init__(self, server_args: ServerArgs, model_info: ModelInfo, tokenizer=None) -> None:
         self.tokenizer = tokenizer or load_tokenizer(server_args.tokenizer_path, server_args.trust_remote_code)
-        self.context_length = int(model_info["max_input_length"])
-        self.vocab_size = int(model_info["vocab_size"])
-        self.do_lower_case = bool(model_info.get("do_lower_case", False))
+        self.context_length = model_info.max_input_length
+        self.vocab_size = model_info.vocab_size
+        self.do_lower_case = model_info.do_lower_case
         self.truncate = server_args.allow_auto_truncate
         self.max_num_tokens = server_args.max_num_tokens
-        self.pair_token_types = bool(model_info.get("pair_token_types", False))
+        self.pair_token_types = model_info.pair_token_types
 
     def tokenize(self, req: EmbeddingReqInput) -> list[TokenizedItem]:
         if req.batch_size == 0:

@@ -17,6 +17,7 @@ import numpy as np
 import zmq
 import zmq.asyncio
 
+from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.errors import EmbeddingError, ErrorKind, engine_error, queue_full_error
 from sglang.srt.managers.io_struct import (
     AbortReq,
@@ -64,7 +65,7 @@ class ReqState:
 
 
 class TokenizerManager:
-    def __init__(self, server_args: ServerArgs, port_args: PortArgs, model_info: dict, worker_id: int = 0,
+    def __init__(self, server_args: ServerArgs, port_args: PortArgs, model_info: ModelInfo, worker_id: int = 0,
                  tokenizer=None, metrics: Optional[ServerMetrics] = None) -> None:
         self.server_args = server_args
         self.metrics = metrics or ServerMetrics()

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from sglang.srt.configs.model_config import ModelConfig
+from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.layers.attention.base import AttentionBackend
 from sglang.srt.managers.io_struct import ForwardOutput, TokenizedEmbeddingReqInput
 from sglang.srt.layers.attention.layer import AttentionLayer
@@ -165,29 +166,29 @@ class ModelRunner:
             max_seqs=min(sa.cuda_graph_max_seqs, sa.max_batch_size),
         )
 
-    def model_info(self) -> dict:
+    def model_info(self) -> ModelInfo:
         mc = self.model_config
-        return {
-            "model_path": self.server_args.model_path,
-            "served_model_name": self.server_args.served_model_name,
-            "architecture": mc.architecture,
-            "embedding_dim": mc.embedding_dim,
-            "is_matryoshka": mc.is_matryoshka,
-            "matryoshka_dimensions": mc.matryoshka_dimensions,
-            "pooling": mc.pooling,
-            "normalize": mc.normalize,
-            "max_input_length": mc.context_length,
-            "vocab_size": mc.vocab_size,
-            "do_lower_case": mc.st_info.do_lower_case,
-            "dtype": str(mc.dtype).replace("torch.", ""),
-            "device": str(self.device),
-            "attention_backend": self.attn_backend.name,
-            "cuda_graph": self.graph_runner is not None,
-            "cpu_threads": torch.get_num_threads() if self.device.type == "cpu" else None,
-            "cpu_bf16_units": cpu_bf16_units() if self.device.type == "cpu" else None,
-            "vision": vision_info(mc),  # None, or what the tokenizer side needs for image inputs
+        return ModelInfo(
+            model_path=self.server_args.model_path,
+            served_model_name=self.server_args.served_model_name,
+            architecture=mc.architecture,
+            embedding_dim=mc.embedding_dim,
+            is_matryoshka=mc.is_matryoshka,
+            matryoshka_dimensions=None if mc.matryoshka_dimensions is None else tuple(mc.matryoshka_dimensions),
+            pooling=mc.pooling,
+            normalize=mc.normalize,
+            max_input_length=mc.context_length,
+            vocab_size=mc.vocab_size,
+            do_lower_case=mc.st_info.do_lower_case,
+            dtype=str(mc.dtype).replace("torch.", ""),
+            device=str(self.device),
+            attention_backend=self.attn_backend.name,
+            cuda_graph=self.graph_runner is not None,
+            cpu_threads=torch.get_num_threads() if self.device.type == "cpu" else None,
+            cpu_bf16_units=cpu_bf16_units() if self.device.type == "cpu" else None,
+            vision=vision_info(mc),  # None, or what the tokenizer side needs for image inputs
             **mc.output.info(),  # embeddings_output (dense / sparse / logits), sparse_head, labels
-        }
+        )
 
     def build_batch(self, token_lists: Sequence[np.ndarray],
                     token_type_lists: Optional[Sequence[Optional[np.ndarray]]] = None) -> ForwardBatch:

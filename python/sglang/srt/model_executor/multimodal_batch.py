@@ -7,11 +7,12 @@ is what M-RoPE reduces to for text.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
 
+from sglang.srt.configs.model_info import VisionInfo
 from sglang.srt.managers.io_struct import TokenizedEmbeddingReqInput
 from sglang.srt.model_executor.forward_batch import ForwardBatch
 
@@ -52,7 +53,7 @@ def build_multimodal_batch(reqs: Sequence[TokenizedEmbeddingReqInput], device: t
     return fb
 
 
-def vision_info(model_config) -> dict | None:
+def vision_info(model_config) -> Optional[VisionInfo]:
     """What the tokenizer side needs to turn images into tokens (None: the model takes no images):
     ModelRunner.model_info() carries it to the HTTP processes."""
     from sglang.srt.models.registry import ModelRegistry
@@ -60,8 +61,5 @@ def vision_info(model_config) -> dict | None:
     if not ModelRegistry.spec(model_config.architecture).image_inputs:
         return None
     cfg = model_config.hf_config
-    return {
-        "model_dir": model_config.model_path,
-        "image_token_id": int(cfg.image_token_id),
-        "spatial_merge_size": int(cfg.vision_config.spatial_merge_size),
-    }
+    return VisionInfo(model_dir=model_config.model_path, image_token_id=int(cfg.image_token_id),
+                      spatial_merge_size=int(cfg.vision_config.spatial_merge_size))

@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 import numpy as np
 import orjson
 
-from sglang.srt.configs.output_config import OUTPUT_LOGITS
+from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.entrypoints.openai.serving_embedding import check_client_batch_size, check_model_name
 from sglang.srt.entrypoints.openai.task_protocol import ClassifyRequest, TextOrIdsInput
 from sglang.srt.errors import EmbeddingError, ErrorKind
@@ -35,8 +35,8 @@ def text_or_ids_request(inp: TextOrIdsInput, rid: Optional[str]) -> EmbeddingReq
     return EmbeddingReqInput(input_ids=ids, encoding_format=FORMAT_RAW, rid=rid)
 
 
-def require_classifier(model_info: dict, name: str, endpoint: str) -> None:
-    if model_info.get("embeddings_output") != OUTPUT_LOGITS:
+def require_classifier(model_info: ModelInfo, name: str, endpoint: str) -> None:
+    if not model_info.is_classifier:
         raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"Model '{name}' is not a classification model; {endpoint} needs a "
                                   "*ForSequenceClassification checkpoint.", param="model")
 
@@ -80,7 +80,7 @@ class OpenAIServingClassify:
             "object": "list",
             "created": int(time.time()),
             "model": self.served_model_name,
-            "data": classify_items(rows, info["labels"], info.get("problem_type")),
+            "data": classify_items(rows, info.labels, info.problem_type),
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
         return orjson.dumps(body), result

@@ -7,7 +7,7 @@ from typing import Optional
 import orjson
 
 from sglang.srt.errors import EmbeddingError, ErrorKind
-from sglang.srt.configs.output_config import OUTPUT_SPARSE
+from sglang.srt.configs.model_info import ModelInfo, OutputKind
 from sglang.srt.managers.io_struct import FORMAT_BASE64, FORMAT_SPARSE_DICT, EmbeddingReqInput, MultimodalItem
 from sglang.srt.managers.matryoshka import validate_dimensions
 from sglang.srt.managers.tokenizer_manager import EmbeddingResult, TokenizerManager
@@ -55,10 +55,10 @@ def check_client_batch_size(n: int, server_args) -> None:
                                   f"({flag}).", param="input")
 
 
-def sparse_embeddings_format(model_info: dict, requested: str) -> Optional[str]:
+def sparse_embeddings_format(model_info: ModelInfo, requested: str) -> Optional[str]:
     """Sparse models (SPLADE, --sparse-head) answer {"token_id": weight} objects, as SGLang does:
     FORMAT_SPARSE_DICT (base64 cannot carry them); None keeps a dense model's requested format."""
-    if model_info.get("embeddings_output") != OUTPUT_SPARSE:
+    if model_info.embeddings_output is not OutputKind.SPARSE:
         return None
     if requested == FORMAT_BASE64:
         raise EmbeddingError(ErrorKind.INVALID_REQUEST, "encoding_format 'base64' is not available for sparse embeddings; "

@@ -46,7 +46,7 @@ class OpenAIServingRerank:
     def validate(self, request: RerankRequest) -> None:
         check_model_name(request.model, self.served_model_name)
         require_classifier(self.tm.model_info, self.served_model_name, "/v1/rerank")
-        labels = self.tm.model_info.get("labels") or []
+        labels = self.tm.model_info.labels or ()
         if len(labels) != 1:
             raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"Model '{self.served_model_name}' has {len(labels)} labels; /v1/rerank needs "
                                       "a cross-encoder with a single relevance logit (use /v1/classify).",

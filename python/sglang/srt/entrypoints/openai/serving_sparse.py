@@ -23,7 +23,7 @@ class ServingSparseEmbedding:
         self.served_model_name = served_model_name
 
     async def embed_sparse(self, request: SparseEmbedRequest, rid: Optional[str] = None) -> tuple[bytes, EmbeddingResult]:
-        if not self.tm.model_info.get("sparse_head"):
+        if not self.tm.model_info.sparse_head:
             raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"Model '{self.served_model_name}' has no sparse head; serve a SPLADE or "
                                       "bge-m3 checkpoint, or pass --sparse-head.", param="model")
         texts = [request.inputs] if isinstance(request.inputs, str) else list(request.inputs)

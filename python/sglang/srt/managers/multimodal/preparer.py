@@ -19,6 +19,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.configs.chat_template import PromptTemplate, load_chat_template
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import MultimodalItem, TokenizedEmbeddingReqInput
@@ -53,19 +54,19 @@ def item_error(index: int, message: str) -> EmbeddingError:
 
 
 class MultimodalPreparer:
-    def __init__(self, server_args: ServerArgs, model_info: dict, tokenizer) -> None:
+    def __init__(self, server_args: ServerArgs, model_info: ModelInfo, tokenizer) -> None:
         self.tokenizer = tokenizer
         self.template: Optional[PromptTemplate] = (
             load_chat_template(server_args.chat_template) if server_args.chat_template else None
         )
-        self.context_length = int(model_info["max_input_length"])
+        self.context_length = model_info.max_input_length
         self.max_num_tokens = server_args.max_num_tokens
-        vision = model_info.get("vision")
+        vision = model_info.vision
         self.images: Optional[Qwen2VLImages] = None
-        if vision:
-            self.images = Qwen2VLImages(vision["model_dir"], server_args.mm_min_pixels, server_args.mm_max_pixels)
-            self.image_token_id = int(vision["image_token_id"])
-            self.merge_size = int(vision["spatial_merge_size"])
+        if vision is not None:
+            self.images = Qwen2VLImages(vision.model_dir, server_args.mm_min_pixels, server_args.mm_max_pixels)
+            self.image_token_id = vision.image_token_id
+            self.merge_size = vision.spatial_merge_size
         self.limits = ImageFetchLimits(
             timeout=server_args.mm_image_timeout,
             max_bytes=server_args.mm_max_image_bytes,

@@ -1,0 +1,75 @@
+"""ModelInfo: what the scheduler tells the rest of the server about the model it loaded.
+
+Made once by ModelRunner.model_info() after the weights are in, sent to the server process through
+the READY pipe, handed to every HTTP worker, and read by the tokenizer side (context length,
+vocabulary, image inputs), the routes (output kind, labels, Matryoshka widths) and `/model_info`,
+which renders `to_dict()`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Optional
+
+
+class OutputKind(str, Enum):
+    """What /v1/embeddings (and Engine.encode) answer with for this model."""
+
+    DENSE = "dense"  # one float vector per input
+    SPARSE = "sparse"  # {token_id: weight} per input (SPLADE, --sparse-head)
+    LOGITS = "logits"  # a classifier's or cross-encoder's scores, one per label
+
+
+@dataclass(frozen=True)
+class VisionInfo:
+    """What the tokenizer side needs to turn images into tokens (Qwen2-VL / GME)."""
+
+    model_dir: str  # where the image processor's preprocessor_config.json lives
+    image_token_id: int
+    spatial_merge_size: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelInfo:
+    model_path: str
+    served_model_name: str
+    architecture: str
+    embedding_dim: int  # vector width (a classifier: its number of labels; sparse: the vocabulary)
+    is_matryoshka: bool = False  # requests may ask for fewer `dimensions`
+    matryoshka_dimensions: Optional[tuple[int, ...]] = None  # the widths they may ask for (None: any)
+    pooling: str
+    normalize: bool
+    max_input_length: int  # the served context length, in tokens
+    vocab_size: int
+    do_lower_case: bool = False  # the tokenizer side lower-cases text first (sentence-transformers)
+    dtype: str
+    device: str
+    attention_backend: str
+    cuda_graph: bool = False
+    cpu_threads: Optional[int] = None
+    cpu_bf16_units: Optional[str] = None
+    vision: Optional[VisionInfo] = None  # None: the model takes no images
+    embeddings_output: OutputKind = OutputKind.DENSE
+    sparse_head: Optional[str] = None  # "linear" (bge-m3) or "splade": /embed_sparse is served
+    labels: Optional[tuple[str, ...]] = None  # a classifier's class names by index
+    problem_type: Optional[str] = None  # config.json's, for how /v1/classify turns logits into probabilities
+    pair_token_types: bool = False  # text pairs (/v1/rerank) carry token_type_ids
+
+    @property
+    def is_classifier(self) -> bool:
+        return self.embeddings_output is OutputKind.LOGITS
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values (lists, strings), as `/model_info` and Engine.get_model_info() show them."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["matryoshka_dimensions"] = _list(self.matryoshka_dimensions)
+        out["labels"] = _list(self.labels)
+        out["vision"] = dataclasses.asdict(self.vision) if self.vision is not None else None
+        out["embeddings_output"] = self.embeddings_output.value
+        return out
+
+
+def _list(values: Optional[tuple]) -> Optional[list]:
+    return list(values) if values is not None else None

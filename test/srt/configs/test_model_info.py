@@ -1,0 +1,43 @@
+"""ModelInfo: the typed contract from the scheduler to the HTTP side, and its /model_info rendering."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+
+import orjson
+import pytest
+
+from sglang.srt.configs.model_info import ModelInfo, OutputKind, VisionInfo
+from test.helpers.model_info import make_model_info
+
+# The keys /model_info (and Engine.get_model_info) have always shown, less the three the route adds.
+MODEL_INFO_KEYS = {
+    "model_path", "served_model_name", "architecture", "embedding_dim", "is_matryoshka", "matryoshka_dimensions",
+    "pooling", "normalize", "max_input_length", "vocab_size", "do_lower_case", "dtype", "device",
+    "attention_backend", "cuda_graph", "cpu_threads", "cpu_bf16_units", "vision", "embeddings_output",
+    "sparse_head", "labels", "problem_type", "pair_token_types",
+}
+
+
+def test_to_dict_keeps_the_model_info_keys_as_plain_json_values():
+    info = make_model_info(is_matryoshka=True, matryoshka_dimensions=(8, 16), labels=("a", "b"),
+                           embeddings_output=OutputKind.LOGITS,
+                           vision=VisionInfo(model_dir="/m", image_token_id=5, spatial_merge_size=2))
+    out = info.to_dict()
+    assert set(out) == MODEL_INFO_KEYS
+    assert out["matryoshka_dimensions"] == [8, 16] and out["labels"] == ["a", "b"]
+    assert out["vision"] == {"model_dir": "/m", "image_token_id": 5, "spatial_merge_size": 2}
+    assert type(out["embeddings_output"]) is str and out["embeddings_output"] == "logits"
+    assert orjson.loads(orjson.dumps(out)) == out
+    plain = make_model_info().to_dict()
+    assert plain["vision"] is None and plain["labels"] is None and plain["embeddings_output"] == "dense"
+
+
+def test_it_crosses_the_ready_pipe_and_stays_frozen():
+    info = make_model_info(matryoshka_dimensions=(8,), embeddings_output=OutputKind.SPARSE, sparse_head="splade")
+    back = pickle.loads(pickle.dumps(info))
+    assert back == info and back.embeddings_output is OutputKind.SPARSE and not back.is_classifier
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        back.embedding_dim = 1  # type: ignore[misc]
+    assert isinstance(back, ModelInfo)
