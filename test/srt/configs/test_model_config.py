@@ -86,7 +86,7 @@ def test_custom_code_needs_trust_remote_code(tmp_path, qwen3_dir):
     with pytest.raises(ConfigError, match="add --trust-remote-code"):
         _config(str(d))
 
-    from sglang.srt.managers.tokenization import load_tokenizer
+    from sglang.srt.utils.hf_tokenizer import load_tokenizer
 
     tok_dir = tmp_path / "custom_tokenizer"
     tok_dir.mkdir()

@@ -11,7 +11,8 @@ import pytest
 from sglang.srt.entrypoints.openai.serving_classify import classify_items, probabilities, text_or_ids_request
 from sglang.srt.entrypoints.openai.serving_rerank import rank
 from sglang.srt.errors import EmbeddingError
-from sglang.srt.managers.io_struct import FORMAT_RAW, ForwardOutput, TokenizedEmbeddingReqInput
+from sglang.srt.managers.io_struct import FORMAT_RAW, TokenizedEmbeddingReqInput
+from sglang.srt.model_executor.forward_io import ForwardOutput
 from sglang.srt.managers.scheduler import Scheduler
 from sglang.srt.server_args import ServerArgs
 

@@ -23,7 +23,7 @@ from sglang.srt.layers.attention.flashinfer_utils import (
     window_mask,
 )
 from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
-from sglang.srt.model_executor.model_runner import create_attention_backend
+from sglang.srt.layers.attention.registry import create_attention_backend
 from sglang.srt.errors import ConfigError
 from test.helpers import fake_flashinfer
 from test.helpers.attention_cases import (
@@ -110,6 +110,13 @@ def test_auto_on_cuda_falls_back_without_flashinfer_or_in_float32(monkeypatch):
 def test_unknown_backend_is_an_error():
     with pytest.raises(ConfigError):
         create_attention_backend("triton", torch.device("cpu"), _config())
+
+
+def test_every_backend_flag_value_is_registered():
+    from sglang.srt.layers.attention.registry import BACKENDS
+    from sglang.srt.server_args import CHOICES
+
+    assert set(CHOICES["attention_backend"]) == {"auto", *BACKENDS}
 
 
 # ----- torch_native -----

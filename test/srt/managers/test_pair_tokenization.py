@@ -8,7 +8,8 @@ import pytest
 
 from sglang.srt.errors import EmbeddingError
 from sglang.srt.managers.io_struct import EmbeddingReqInput
-from sglang.srt.managers.tokenization import InputTokenizer, load_tokenizer
+from sglang.srt.managers.tokenization import InputTokenizer
+from sglang.srt.utils.hf_tokenizer import load_tokenizer
 from sglang.srt.server_args import ServerArgs
 from test.helpers.model_info import make_model_info
 

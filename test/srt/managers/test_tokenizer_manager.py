@@ -14,7 +14,7 @@ from sglang.srt.managers.io_struct import (
     BatchTokenizedEmbeddingReqInput,
     EmbeddingReqInput,
 )
-from sglang.srt.managers.tokenization import load_tokenizer
+from sglang.srt.utils.hf_tokenizer import load_tokenizer
 from sglang.srt.managers.tokenizer_manager import TokenizerManager
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.msgcodec import decode, encode

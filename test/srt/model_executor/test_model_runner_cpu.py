@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from sglang.srt.managers.tokenization import load_tokenizer
+from sglang.srt.utils.hf_tokenizer import load_tokenizer
 from sglang.srt.model_executor.model_runner import ModelRunner, cpu_bf16_units
 from sglang.srt.server_args import ServerArgs
 from test.helpers.parity import cosine_rows

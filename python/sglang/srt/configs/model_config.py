@@ -84,7 +84,7 @@ class ModelConfig:
 
     @classmethod
     def from_server_args(cls, args: ServerArgs, model_dir: str, device: str) -> "ModelConfig":
-        from sglang.srt.models.registry import ModelRegistry
+        from sglang.srt.configs.model_registry import ModelRegistry
 
         hf_config = load_hf_config(model_dir, args.trust_remote_code, args.model_override_args)
         architectures = list(getattr(hf_config, "architectures", None) or [])
@@ -131,7 +131,7 @@ def check_model(args: ServerArgs) -> ModelConfig:
     unsupported architecture, a missing --is-embedding or --trust-remote-code ends start-up with one
     ConfigError line.
     """
-    from sglang.srt.model_loader.hub import resolve_model_path
+    from sglang.srt.utils.hub import resolve_model_path
 
     if args.chat_template is not None:
         load_chat_template(args.chat_template)  # an unknown name or a bad file

@@ -9,12 +9,16 @@ backbone's loader skips them):
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
-from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_loader.weight_utils import fill_parameters, read_tensors
 from sglang.srt.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sglang.srt.model_executor.forward_batch import ForwardBatch
 
 
 def _first_tokens(hidden: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:

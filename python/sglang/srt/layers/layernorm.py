@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sglang.srt.layers.linear import default_weight_loader
+from sglang.srt.model_loader.weight_utils import default_weight_loader
 
 
 class LayerNorm(nn.Module):

@@ -19,12 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-def default_weight_loader(param: torch.Tensor, loaded: torch.Tensor, shard_id=None) -> None:
-    if param.shape != loaded.shape:
-        raise ValueError(f"shape mismatch: parameter {tuple(param.shape)} vs checkpoint {tuple(loaded.shape)}")
-    with torch.no_grad():
-        param.copy_(loaded)
+from sglang.srt.model_loader.weight_utils import default_weight_loader
 
 
 def _onednn_op(name: str):

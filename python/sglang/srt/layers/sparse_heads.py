@@ -14,7 +14,7 @@ entries offsets[b]:offsets[b + 1], sorted by token id, all weights > 0. Special 
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -22,9 +22,11 @@ from torch import nn
 
 from sglang.srt.configs.sentence_transformers import SpladePoolingSpec
 from sglang.srt.layers.activation import get_activation
-from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_loader.weight_utils import fill_parameters, read_tensors
 from sglang.srt.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sglang.srt.model_executor.forward_batch import ForwardBatch
 
 SparseTensors = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 

@@ -158,17 +158,6 @@ class BatchEmbeddingOutput:
         )
 
 
-@dataclass
-class ForwardOutput:
-    """What ModelRunner.run_requests returns for a batch that has sparse rows (a plain float32
-    [B, dim] array otherwise); the scheduler copies it into BatchEmbeddingOutput."""
-
-    embeddings: np.ndarray  # float32 [B, dim]: vectors or logits; [B, 0] for a sparse-only model
-    sparse_indices: Optional[np.ndarray] = None
-    sparse_values: Optional[np.ndarray] = None
-    sparse_offsets: Optional[np.ndarray] = None
-
-
 @message
 @dataclass
 class BatchEmbeddingResult:

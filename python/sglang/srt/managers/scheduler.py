@@ -10,24 +10,17 @@ import logging
 import time
 import traceback
 from collections import OrderedDict
-from typing import Callable, Optional, Union
+from typing import Callable, Optional
 
 import numpy as np
 
 from sglang.srt.errors import QUEUE_FULL_MESSAGE, REQUEST_TIMEOUT_MESSAGE, ErrorKind
-from sglang.srt.managers.io_struct import (
-    BatchEmbeddingOutput,
-    ForwardOutput,
-    TokenizedEmbeddingReqInput,
-)
+from sglang.srt.managers.io_struct import BatchEmbeddingOutput, TokenizedEmbeddingReqInput
 from sglang.srt.managers.schedule_policy import BatchBudget, next_batch
+from sglang.srt.model_executor.forward_io import ForwardFn, ForwardOutput
 from sglang.srt.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
-
-# One batch of requests -> float32 [B, dim], or a ForwardOutput when some input asked for sparse
-# weights (ModelRunner.run_requests, or a fake in tests)
-ForwardFn = Callable[[list[TokenizedEmbeddingReqInput]], Union[np.ndarray, ForwardOutput]]
 
 
 class Scheduler:

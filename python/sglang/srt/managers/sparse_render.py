@@ -32,7 +32,7 @@ class TokenTexts:
 
     def __call__(self, ids: Sequence[int]) -> list[str]:
         if self._tokenizer is None:
-            from sglang.srt.managers.tokenization import load_tokenizer
+            from sglang.srt.utils.hf_tokenizer import load_tokenizer
 
             self._tokenizer = load_tokenizer(self.tokenizer_path, self.trust_remote_code)
         return [str(t) for t in self._tokenizer.convert_ids_to_tokens(list(ids))]

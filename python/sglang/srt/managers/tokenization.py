@@ -10,23 +10,9 @@ from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import EmbeddingReqInput
 from sglang.srt.server_args import ServerArgs
-from sglang.srt.errors import ConfigError
+from sglang.srt.utils.hf_tokenizer import load_tokenizer
 
 TokenizedItem = tuple[np.ndarray, Optional[np.ndarray]]  # (input_ids, token_type_ids)
-
-
-def load_tokenizer(path: str, trust_remote_code: bool):
-    from transformers import AutoTokenizer
-
-    try:
-        tok = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-    except ValueError as e:
-        if "trust_remote_code" in str(e) and not trust_remote_code:
-            raise ConfigError(f"The tokenizer at {path} ships custom code; add --trust-remote-code to load it") from e
-        raise
-    # We enforce the context length ourselves; silence the tokenizer's own over-length warning.
-    tok.model_max_length = 1 << 30
-    return tok
 
 
 def too_long_message(n: int, limit: int) -> str:

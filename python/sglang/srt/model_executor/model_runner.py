@@ -11,15 +11,16 @@ import torch
 
 from sglang.srt.configs.model_config import ModelConfig
 from sglang.srt.configs.model_info import ModelInfo
-from sglang.srt.layers.attention.base import AttentionBackend
-from sglang.srt.managers.io_struct import ForwardOutput, TokenizedEmbeddingReqInput
 from sglang.srt.layers.attention.layer import AttentionLayer
+from sglang.srt.layers.attention.registry import create_attention_backend
 from sglang.srt.layers.linear import prepack_cpu_linears
 from sglang.srt.model_executor.output_head import OutputHead
 from sglang.srt.model_executor.forward_batch import ForwardBatch
+from sglang.srt.model_executor.forward_io import ForwardInput, ForwardOutput
 from sglang.srt.model_executor.multimodal_batch import build_multimodal_batch, has_images, vision_info
-from sglang.srt.model_loader.hub import resolve_model_path
+from sglang.srt.utils.hub import resolve_model_path
 from sglang.srt.model_loader.loader import load_model
+from sglang.srt.models import model_class
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.errors import ConfigError
 
@@ -35,67 +36,6 @@ def resolve_device(requested: str) -> torch.device:
     if requested == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda was asked for, but torch sees no CUDA device")
     return torch.device(requested)
-
-
-INSTALL_GPU_HINT = 'pip install "sglang-embed[gpu]"'
-
-
-def create_attention_backend(name: str, device: torch.device, model_config: ModelConfig) -> AttentionBackend:
-    """auto: flashinfer on CUDA in half precision when it imports; cpu_varlen on CPU in float32 or
-    bfloat16 when the kernel builds; torch_native otherwise."""
-    half = model_config.dtype in (torch.float16, torch.bfloat16)
-    if name == "auto":
-        name = "torch_native"
-        if device.type == "cuda" and half:
-            try:
-                import flashinfer  # noqa: F401
-
-                name = "flashinfer"
-            except Exception as e:  # ImportError, or a broken install: fall back, but say why
-                logger.info("flashinfer unavailable (%s); using torch_native attention on CUDA", e)
-        if device.type == "cpu":
-            backend = _cpu_varlen_backend(model_config)
-            if isinstance(backend, AttentionBackend):
-                return backend
-            # A float16 model never uses the kernel; for the others its absence costs speed: say so.
-            log = logger.info if model_config.dtype == torch.float16 else logger.warning
-            log("using torch_native attention on CPU: %s", backend)
-    if name == "cpu_varlen":
-        if device.type != "cpu":
-            raise ConfigError(f"--attention-backend cpu_varlen runs on the CPU; this model is on {device.type}")
-        backend = _cpu_varlen_backend(model_config)
-        if not isinstance(backend, AttentionBackend):
-            raise ConfigError(f"--attention-backend cpu_varlen is unavailable: {backend}; "
-                              "use --attention-backend torch_native")
-        return backend
-    if name == "torch_native":
-        from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
-
-        return TorchNativeAttnBackend()
-    if name == "flashinfer":
-        if device.type != "cuda":
-            raise ConfigError("--attention-backend flashinfer needs a CUDA GPU and the flashinfer package "
-                              f"({INSTALL_GPU_HINT}); no CUDA device here: use --attention-backend torch_native")
-        if not half:
-            raise ConfigError("--attention-backend flashinfer needs --dtype bfloat16 or float16 "
-                              f"(got {str(model_config.dtype).replace('torch.', '')})")
-        try:
-            from sglang.srt.layers.attention.flashinfer_backend import FlashInferAttnBackend
-        except ImportError as e:
-            raise ConfigError(f"flashinfer is not installed; install it with: {INSTALL_GPU_HINT}") from e
-        return FlashInferAttnBackend(model_config, device)
-    raise ConfigError(f"unknown attention backend '{name}'")
-
-
-def _cpu_varlen_backend(model_config: ModelConfig) -> "AttentionBackend | str":
-    """The compiled CPU kernel's backend, or the reason it cannot serve this model."""
-    from sglang.srt.layers.attention.cpu_kernel_loader import load_kernel
-    from sglang.srt.layers.attention.cpu_varlen_backend import SUPPORTED_DTYPES, CpuVarlenAttnBackend
-
-    if model_config.dtype not in SUPPORTED_DTYPES:
-        return f"the CPU kernel handles float32 and bfloat16, not {str(model_config.dtype).replace('torch.', '')}"
-    kernel, why = load_kernel()
-    return CpuVarlenAttnBackend.for_dtype(kernel, model_config.dtype) if kernel is not None else why
 
 
 def configure_cpu_threads(requested: Optional[int]) -> int:
@@ -131,7 +71,7 @@ class ModelRunner:
         model_dir = resolve_model_path(server_args.model_path, server_args.revision, server_args.download_dir)
         self.model_config = ModelConfig.from_server_args(server_args, model_dir, self.device.type)
         self.attn_backend = create_attention_backend(server_args.attention_backend, self.device, self.model_config)
-        self.model = load_model(self.model_config, self.device)
+        self.model = load_model(self.model_config, self.device, model_class(self.model_config.architecture))
         self.attn_backend.bind_layers([m for m in self.model.modules() if isinstance(m, AttentionLayer)])
         if self.device.type == "cpu":
             prepack_cpu_linears(self.model)
@@ -217,7 +157,7 @@ class ModelRunner:
             hidden = self.model(fb)
         return hidden
 
-    def run_requests(self, reqs: Sequence[TokenizedEmbeddingReqInput]) -> Union[np.ndarray, ForwardOutput]:
+    def run_requests(self, reqs: Sequence[ForwardInput]) -> Union[np.ndarray, ForwardOutput]:
         """What the scheduler calls per batch: requests in, float32 [B, dim] out (a ForwardOutput
         with the sparse rows too when some input asked for a sparse format)."""
         if has_images(reqs):  # one vision forward for all images, one LM forward for all tokens
@@ -227,12 +167,12 @@ class ModelRunner:
         return self.embed([r.input_ids for r in reqs], [r.token_type_ids for r in reqs])
 
     @torch.inference_mode()
-    def run_with_sparse(self, reqs: Sequence[TokenizedEmbeddingReqInput]) -> ForwardOutput:
+    def run_with_sparse(self, reqs: Sequence[ForwardInput]) -> ForwardOutput:
         """A batch where some input asked for {token_id: weight}: the sparse head reads the hidden states."""
         fb = self.build_batch([r.input_ids for r in reqs], [r.token_type_ids for r in reqs])
         return self.output_head.run(self.hidden_states(fb), fb, [r.is_sparse for r in reqs])
 
-    def run_multimodal(self, reqs: Sequence[TokenizedEmbeddingReqInput]) -> np.ndarray:
+    def run_multimodal(self, reqs: Sequence[ForwardInput]) -> np.ndarray:
         """A batch with images (Qwen2-VL): M-RoPE positions keep it off the CUDA graphs."""
         fb = build_multimodal_batch(reqs, self.device, self.model.image_token_id, self.model_config.dtype)
         fb.attn_backend = self.attn_backend

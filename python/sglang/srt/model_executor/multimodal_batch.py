@@ -13,16 +13,16 @@ import numpy as np
 import torch
 
 from sglang.srt.configs.model_info import VisionInfo
-from sglang.srt.managers.io_struct import TokenizedEmbeddingReqInput
 from sglang.srt.model_executor.forward_batch import ForwardBatch
+from sglang.srt.model_executor.forward_io import ForwardInput
 
 
-def has_images(reqs: Sequence[TokenizedEmbeddingReqInput]) -> bool:
+def has_images(reqs: Sequence[ForwardInput]) -> bool:
     """Whether a batch needs the multimodal path (any input with 3-D positions)."""
     return any(r.mrope_positions is not None for r in reqs)
 
 
-def build_multimodal_batch(reqs: Sequence[TokenizedEmbeddingReqInput], device: torch.device | str,
+def build_multimodal_batch(reqs: Sequence[ForwardInput], device: torch.device | str,
                            image_token_id: int, pixel_dtype: torch.dtype) -> ForwardBatch:
     """One packed batch: every image of every input for one vision forward, every token for one
     language-model forward. The rows an input's `image_token_id` tokens occupy in the packed batch
@@ -56,7 +56,7 @@ def build_multimodal_batch(reqs: Sequence[TokenizedEmbeddingReqInput], device: t
 def vision_info(model_config) -> Optional[VisionInfo]:
     """What the tokenizer side needs to turn images into tokens (None: the model takes no images):
     ModelRunner.model_info() carries it to the HTTP processes."""
-    from sglang.srt.models.registry import ModelRegistry
+    from sglang.srt.configs.model_registry import ModelRegistry
 
     if not ModelRegistry.spec(model_config.architecture).image_inputs:
         return None

@@ -23,8 +23,8 @@ from sglang.srt.layers.classifier_heads import build_classifier
 from sglang.srt.layers.pooler import Pooler
 from sglang.srt.layers.sparse_heads import SpladeHead, TokenWeightHead
 from sglang.srt.layers.st_dense import STDenseStack
-from sglang.srt.managers.io_struct import ForwardOutput
 from sglang.srt.model_executor.forward_batch import ForwardBatch
+from sglang.srt.model_executor.forward_io import ForwardOutput
 from sglang.srt.server_args import ServerArgs
 
 
@@ -49,7 +49,7 @@ class PooledEmbeddingHead(nn.Module):
 
 def special_token_ids(server_args: ServerArgs) -> list[int]:
     """Ids a sparse output must never contain ([CLS], </s>, padding, ...), from the tokenizer."""
-    from sglang.srt.managers.tokenization import load_tokenizer
+    from sglang.srt.utils.hf_tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(server_args.tokenizer_path, server_args.trust_remote_code)
     return sorted(set(int(i) for i in tokenizer.all_special_ids))

@@ -1,4 +1,4 @@
-"""Build a model from the registry and fill it from the checkpoint."""
+"""Build a model and fill it from the checkpoint."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from torch import nn
 
 from sglang.srt.configs.model_config import ModelConfig
 from sglang.srt.model_loader.weight_utils import iterate_weights
-from sglang.srt.models.registry import ModelRegistry
+from sglang.srt.configs.model_registry import ModelRegistry
 from sglang.srt.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
 
-def load_model(model_config: ModelConfig, device: torch.device) -> nn.Module:
-    cls = ModelRegistry.model_class(model_config.architecture)
+def load_model(model_config: ModelConfig, device: torch.device, cls: type[nn.Module]) -> nn.Module:
+    """An instance of `cls` (the architecture's class, models.model_class) with the checkpoint's weights."""
     spec = ModelRegistry.spec(model_config.architecture)
     old_dtype = torch.get_default_dtype()
     torch.set_default_dtype(model_config.dtype)

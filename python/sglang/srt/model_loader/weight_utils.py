@@ -10,11 +10,19 @@ from typing import Callable, Iterable, Iterator, Optional
 import torch
 from torch import nn
 
-from sglang.srt.layers.linear import default_weight_loader
 from sglang.srt.errors import ConfigError
 
 # (fused parameter fragment, checkpoint fragment, shard id)
 StackedMapping = list[tuple[str, str, object]]
+
+
+def default_weight_loader(param: torch.Tensor, loaded: torch.Tensor, shard_id=None) -> None:
+    """Copy a checkpoint tensor into a parameter of the same shape (what a parameter without a
+    `weight_loader` of its own gets; fused layers bring theirs, layers/linear.py)."""
+    if param.shape != loaded.shape:
+        raise ValueError(f"shape mismatch: parameter {tuple(param.shape)} vs checkpoint {tuple(loaded.shape)}")
+    with torch.no_grad():
+        param.copy_(loaded)
 
 
 def _weight_files(model_dir: str) -> tuple[list[str], str]:

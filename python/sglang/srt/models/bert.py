@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Optional
 
 import torch
 from torch import nn
@@ -10,9 +10,12 @@ from torch import nn
 from sglang.srt.layers.activation import get_activation
 from sglang.srt.layers.attention.layer import AttentionLayer
 from sglang.srt.layers.layernorm import LayerNorm
-from sglang.srt.layers.linear import Linear, QKVLinear, default_weight_loader
-from sglang.srt.model_executor.forward_batch import ForwardBatch
+from sglang.srt.layers.linear import Linear, QKVLinear
+from sglang.srt.model_loader.weight_utils import default_weight_loader
 from sglang.srt.model_loader.weight_utils import load_weights_into
+
+if TYPE_CHECKING:
+    from sglang.srt.model_executor.forward_batch import ForwardBatch
 
 
 def _embedding(num: int, dim: int) -> nn.Embedding:

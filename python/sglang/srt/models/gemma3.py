@@ -22,7 +22,7 @@ ignores it too (EmbeddingGemma sets it to null).
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Optional
 
 import torch
 from torch import nn
@@ -30,11 +30,14 @@ from torch import nn
 from sglang.srt.layers.activation import get_activation
 from sglang.srt.layers.attention.layer import AttentionLayer
 from sglang.srt.layers.layernorm import RMSNorm
-from sglang.srt.layers.linear import Linear, MergedLinear, QKVLinear, default_weight_loader
+from sglang.srt.layers.linear import Linear, MergedLinear, QKVLinear
+from sglang.srt.model_loader.weight_utils import default_weight_loader
 from sglang.srt.layers.rotary_embedding import RotaryEmbedding
-from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_loader.weight_utils import DECODER_STACKED_PARAMS, load_decoder_weights
 from sglang.srt.models.llama import rotary_self_attention
+
+if TYPE_CHECKING:
+    from sglang.srt.model_executor.forward_batch import ForwardBatch
 
 SLIDING, FULL = "sliding_attention", "full_attention"
 

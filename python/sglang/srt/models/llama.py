@@ -9,7 +9,7 @@ built, loaded or run: embeddings are the final-norm hidden states.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Optional
 
 import torch
 from torch import nn
@@ -17,11 +17,14 @@ from torch import nn
 from sglang.srt.layers.activation import silu_and_mul
 from sglang.srt.layers.attention.layer import AttentionLayer
 from sglang.srt.layers.layernorm import RMSNorm
-from sglang.srt.layers.linear import Linear, MergedLinear, QKVLinear, default_weight_loader
+from sglang.srt.layers.linear import Linear, MergedLinear, QKVLinear
+from sglang.srt.model_loader.weight_utils import default_weight_loader
 from sglang.srt.layers.rotary_embedding import RotaryEmbedding
-from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_loader.weight_utils import DECODER_STACKED_PARAMS, load_decoder_weights
 from sglang.srt.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sglang.srt.model_executor.forward_batch import ForwardBatch
 
 
 @dataclass(frozen=True)

@@ -12,17 +12,19 @@ with images carry M-RoPE positions [3, T], which the graph runner sends down the
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Optional
 
 import torch
 from torch import nn
 
 from sglang.srt.layers.rotary_embedding import MRotaryEmbedding
-from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_loader.weight_utils import load_weights_into
 from sglang.srt.models.llama import LlamaModel, head_dim_of
 from sglang.srt.models.qwen2 import Qwen2Model
 from sglang.srt.models.qwen2_vl_vision import Qwen2VisionTransformer
+
+if TYPE_CHECKING:
+    from sglang.srt.model_executor.forward_batch import ForwardBatch
 
 
 class Qwen2VLForConditionalGeneration(nn.Module):

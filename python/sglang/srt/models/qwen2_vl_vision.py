@@ -23,7 +23,8 @@ from torch import nn
 from sglang.srt.layers.activation import get_activation
 from sglang.srt.layers.attention.torch_native_backend import plan_groups
 from sglang.srt.layers.layernorm import LayerNorm
-from sglang.srt.layers.linear import Linear, default_weight_loader
+from sglang.srt.layers.linear import Linear
+from sglang.srt.model_loader.weight_utils import default_weight_loader
 from sglang.srt.layers.rotary_embedding import apply_rotary
 
 

@@ -1,8 +1,11 @@
-"""Which architectures the engine implements, and what each one needs to know up front."""
+"""Which architectures the engine implements, and what each one needs to know up front.
+
+A pure table: the model code it names (`module`, `class_name` under sglang.srt.models) is imported
+only by the executor (models.model_class), so configs and the loader never import models/.
+"""
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -119,9 +122,3 @@ class ModelRegistry:
     @staticmethod
     def spec(architecture: str) -> ModelSpec:
         return _MODELS[architecture]
-
-    @staticmethod
-    def model_class(architecture: str):
-        spec = _MODELS[architecture]
-        module = importlib.import_module(f"sglang.srt.models.{spec.module}")
-        return getattr(module, spec.class_name)
