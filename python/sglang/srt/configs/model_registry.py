@@ -63,9 +63,11 @@ def _decoder(module: str, class_name: str) -> ModelSpec:
     return ModelSpec(module, class_name, is_encoder=False, default_pooling="lasttoken", absolute_positions=False)
 
 
-_QWEN3 = _decoder("qwen3", "Qwen3Model")
-_QWEN2 = _decoder("qwen2", "Qwen2Model")
-_LLAMA = _decoder("llama", "LlamaModel")  # Mistral is the same decoder (plus a sliding window)
+# Llama, Mistral, Qwen2 and Qwen3 share one decoder (models/decoder.py).
+_QWEN3 = _decoder("decoder", "Qwen3Model")
+_QWEN2 = _decoder("decoder", "Qwen2Model")
+_LLAMA = _decoder("decoder", "LlamaModel")
+_MISTRAL = _decoder("decoder", "MistralModel")
 # GME (gme-Qwen2-VL-*-Instruct): vision tower + the Qwen2 decoder with M-RoPE, last-token pooling.
 _QWEN2_VL = ModelSpec("qwen2_vl", "Qwen2VLForConditionalGeneration", is_encoder=False,
                       default_pooling="lasttoken", absolute_positions=False, image_inputs=True)
@@ -89,14 +91,14 @@ _MODELS: dict[str, ModelSpec] = {
     "Qwen2Model": _QWEN2,
     "LlamaForCausalLM": _LLAMA,
     "LlamaModel": _LLAMA,
-    "MistralForCausalLM": _LLAMA,
-    "MistralModel": _LLAMA,
+    "MistralForCausalLM": _MISTRAL,
+    "MistralModel": _MISTRAL,
     "Qwen2VLForConditionalGeneration": _QWEN2_VL,
     # Decoder rewards / classifiers: the score head reads the last token that is not padding.
     "Qwen3ForSequenceClassification": replace(_QWEN3, classifier="score"),
     "Qwen2ForSequenceClassification": replace(_QWEN2, classifier="score"),
     "LlamaForSequenceClassification": replace(_LLAMA, classifier="score"),
-    "MistralForSequenceClassification": replace(_LLAMA, classifier="score"),
+    "MistralForSequenceClassification": replace(_MISTRAL, classifier="score"),
 }
 
 

@@ -132,31 +132,3 @@ def fill_parameters(module: nn.Module, state: dict[str, torch.Tensor], what: str
                 raise ConfigError(f"{what}: tensor {name} has shape {tuple(tensor.shape)}, "
                                   f"expected {tuple(param.shape)}")
             param.copy_(tensor.to(param.dtype))
-
-
-# Decoder checkpoints (Llama, Mistral, Qwen, Gemma3) keep q/k/v and gate/up as separate tensors;
-# our layers fuse them: (our parameter prefix, checkpoint prefix, shard).
-DECODER_STACKED_PARAMS = [
-    ("qkv_proj.", "q_proj.", "q"),
-    ("qkv_proj.", "k_proj.", "k"),
-    ("qkv_proj.", "v_proj.", "v"),
-    ("gate_up_proj.", "gate_proj.", 0),
-    ("gate_up_proj.", "up_proj.", 1),
-]
-
-
-def load_decoder_weights(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
-    """`load_weights_into` for decoder checkpoints, whose fused-parameter mapping and skipped
-    heads are the model's `stacked_params_mapping` and `skip_checkpoint_prefixes`.
-
-    *ForCausalLM checkpoints nest the decoder under `model.`; bare *Model checkpoints do not;
-    heads such as `lm_head.` are listed in `skip_checkpoint_prefixes` and never loaded.
-    """
-    skip = tuple(model.skip_checkpoint_prefixes)
-
-    def rename(name: str) -> Optional[str]:
-        if name.startswith(skip):
-            return None
-        return name[len("model."):] if name.startswith("model.") else name
-
-    return load_weights_into(model, weights, model.stacked_params_mapping, rename)

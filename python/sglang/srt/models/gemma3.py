@@ -1,6 +1,6 @@
 """Gemma 3 text model (google/embeddinggemma-300m and Gemma3ForCausalLM checkpoints).
 
-What sets it apart from the Llama-style decoder in models/llama.py, all following transformers'
+What sets it apart from the Llama-style decoder in models/decoder.py, all following transformers'
 modeling_gemma3.py:
 - RMSNorm multiplies by (1 + weight), and each block has four of them: before and after attention,
   before and after the MLP (the "after" ones apply to the branch, before the residual add);
@@ -33,8 +33,7 @@ from sglang.srt.layers.layernorm import RMSNorm
 from sglang.srt.layers.linear import Linear, MergedLinear, QKVLinear
 from sglang.srt.model_loader.weight_utils import default_weight_loader
 from sglang.srt.layers.rotary_embedding import RotaryEmbedding
-from sglang.srt.model_loader.weight_utils import DECODER_STACKED_PARAMS, load_decoder_weights
-from sglang.srt.models.llama import rotary_self_attention
+from sglang.srt.models.decoder import DECODER_STACKED_PARAMS, load_decoder_weights, rotary_self_attention
 
 if TYPE_CHECKING:
     from sglang.srt.model_executor.forward_batch import ForwardBatch

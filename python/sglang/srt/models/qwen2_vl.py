@@ -2,7 +2,7 @@
 
 The vision tower (models/qwen2_vl_vision.py) turns every image of the batch into merged patch
 embeddings in one forward; `embed(fb)` writes them over the `<|image_pad|>` rows of the token
-embeddings; the decoder is the shared Qwen2 one (models/llama.py) with M-RoPE. Pooling (last token)
+embeddings; the decoder is the shared Qwen2 one (models/decoder.py) with M-RoPE. Pooling (last token)
 and normalization happen in the runner, as for the text decoders.
 
 `embed` holds everything image-specific, so `run_layers(hidden, fb)` stays the decoder's layer stack,
@@ -19,8 +19,7 @@ from torch import nn
 
 from sglang.srt.layers.rotary_embedding import MRotaryEmbedding
 from sglang.srt.model_loader.weight_utils import load_weights_into
-from sglang.srt.models.llama import LlamaModel, head_dim_of
-from sglang.srt.models.qwen2 import Qwen2Model
+from sglang.srt.models.decoder import DECODER_STACKED_PARAMS, Qwen2Model, head_dim_of
 from sglang.srt.models.qwen2_vl_vision import Qwen2VisionTransformer
 
 if TYPE_CHECKING:
@@ -73,4 +72,4 @@ class Qwen2VLForConditionalGeneration(nn.Module):
         return None  # lm_head and anything else we never run
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
-        return load_weights_into(self, weights, LlamaModel.stacked_params_mapping, self._rename)
+        return load_weights_into(self, weights, DECODER_STACKED_PARAMS, self._rename)

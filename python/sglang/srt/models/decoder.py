@@ -2,8 +2,10 @@
 
 One pre-norm block (RMSNorm -> grouped-query causal attention with RoPE -> residual -> RMSNorm ->
 SwiGLU MLP -> residual) covers all four families; they differ only in where the linear layers have
-biases and whether q/k get a per-head RMSNorm, which `DecoderOptions` says. The LM head is never
-built, loaded or run: embeddings are the final-norm hidden states.
+biases and whether q/k get a per-head RMSNorm, which `DecoderOptions` says. `DecoderModel` is that
+decoder; LlamaModel, MistralModel, Qwen2Model and Qwen3Model at the end are thin aliases that pick
+the options, and the checkpoint mapping (fused q/k/v and gate/up) sits beside them. The LM head is
+never built, loaded or run: embeddings are the final-norm hidden states.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from sglang.srt.layers.layernorm import RMSNorm
 from sglang.srt.layers.linear import Linear, MergedLinear, QKVLinear
 from sglang.srt.model_loader.weight_utils import default_weight_loader
 from sglang.srt.layers.rotary_embedding import RotaryEmbedding
-from sglang.srt.model_loader.weight_utils import DECODER_STACKED_PARAMS, load_decoder_weights
+from sglang.srt.model_loader.weight_utils import load_weights_into
 from sglang.srt.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -110,11 +112,39 @@ class DecoderLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-class LlamaModel(nn.Module):
+# Decoder checkpoints (Llama, Mistral, Qwen, Gemma3) keep q/k/v and gate/up as separate tensors;
+# our layers fuse them: (our parameter prefix, checkpoint prefix, shard).
+DECODER_STACKED_PARAMS = [
+    ("qkv_proj.", "q_proj.", "q"),
+    ("qkv_proj.", "k_proj.", "k"),
+    ("qkv_proj.", "v_proj.", "v"),
+    ("gate_up_proj.", "gate_proj.", 0),
+    ("gate_up_proj.", "up_proj.", 1),
+]
+
+
+def load_decoder_weights(model: nn.Module, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+    """`load_weights_into` for decoder checkpoints, whose fused-parameter mapping and skipped
+    heads are the model's `stacked_params_mapping` and `skip_checkpoint_prefixes`.
+
+    *ForCausalLM checkpoints nest the decoder under `model.`; bare *Model checkpoints do not;
+    heads such as `lm_head.` are listed in `skip_checkpoint_prefixes` and never loaded.
+    """
+    skip = tuple(model.skip_checkpoint_prefixes)
+
+    def rename(name: str) -> Optional[str]:
+        if name.startswith(skip):
+            return None
+        return name[len("model."):] if name.startswith("model.") else name
+
+    return load_weights_into(model, weights, model.stacked_params_mapping, rename)
+
+
+class DecoderModel(nn.Module):
     """Returns per-token hidden states [T, hidden] after the final norm; pooling happens in the runner.
 
-    Serves LlamaModel / LlamaForCausalLM and MistralModel / MistralForCausalLM as they are;
-    Qwen2 and Qwen3 subclass it to change `options`.
+    `options` reads the biases from the config (Llama's and Mistral's `attention_bias` /
+    `mlp_bias`); the Qwen aliases below fix them instead.
     """
 
     stacked_params_mapping = DECODER_STACKED_PARAMS
@@ -153,3 +183,28 @@ class LlamaModel(nn.Module):
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         return load_decoder_weights(self, weights)
+
+
+class LlamaModel(DecoderModel):
+    """LlamaModel / LlamaForCausalLM checkpoints, as they are."""
+
+
+class MistralModel(DecoderModel):
+    """MistralModel / MistralForCausalLM: Llama's decoder with every layer windowed (sliding_window_of)."""
+
+
+class Qwen2Model(DecoderModel):
+    """Qwen2 (gte-Qwen2-*-instruct, Qwen2.5 base): a bias on q/k/v only."""
+
+    @classmethod
+    def options(cls, config) -> DecoderOptions:
+        return DecoderOptions(qkv_bias=True)
+
+
+class Qwen3Model(DecoderModel):
+    """Qwen3 (Qwen3-Embedding-0.6B / 4B / 8B): a per-head RMSNorm on q and k."""
+
+    @classmethod
+    def options(cls, config) -> DecoderOptions:
+        bias = bool(getattr(config, "attention_bias", False))
+        return DecoderOptions(qkv_bias=bias, o_bias=bias, qk_norm=True)
