@@ -12,7 +12,7 @@ from sglang.srt.managers.io_struct import MultimodalItem
 
 def test_objects_become_multimodal_items_and_strings_stay_text():
     req = to_req_input(EmbeddingRequest(input=[{"text": "a"}, {"image": "data:x"}, {"text": "b", "image": "u"}],
-                                        dimensions=8), rid="r")
+                                        dimensions=8))
     assert req.items == [MultimodalItem("a", None), MultimodalItem(None, "data:x"), MultimodalItem("b", "u")]
     assert req.text is None and req.input_ids is None and req.batch_size == 3 and req.dimensions == 8
     plain = to_req_input(EmbeddingRequest(input=["a", "b"]))

@@ -49,12 +49,12 @@ def test_rank_orders_by_logit_and_trims():
 
 
 def test_classify_inputs_are_texts_or_token_ids():
-    assert text_or_ids_request("hi", None).text == ["hi"]
-    assert text_or_ids_request([1, 2], "r").input_ids == [[1, 2]]
-    req = text_or_ids_request([[1], [2, 3]], None)
+    assert text_or_ids_request("hi").text == ["hi"]
+    assert text_or_ids_request([1, 2]).input_ids == [[1, 2]]
+    req = text_or_ids_request([[1], [2, 3]])
     assert req.input_ids == [[1], [2, 3]] and req.encoding_format == FORMAT_RAW
     with pytest.raises(EmbeddingError, match="cannot be empty"):
-        text_or_ids_request([], None)
+        text_or_ids_request([])
 
 
 def test_scheduler_copies_sparse_rows_into_its_output():

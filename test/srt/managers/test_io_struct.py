@@ -113,10 +113,10 @@ def test_unknown_type_is_rejected():
 
 
 def test_request_split_keeps_order_and_every_other_field():
-    req = EmbeddingReqInput(text=[f"t{i}" for i in range(7)], dimensions=64, encoding_format="base64", rid="r")
+    req = EmbeddingReqInput(text=[f"t{i}" for i in range(7)], dimensions=64, encoding_format="base64")
     parts = req.split(3)
     assert [p.text for p in parts] == [["t0", "t1", "t2"], ["t3", "t4", "t5"], ["t6"]]
-    assert all((p.dimensions, p.encoding_format, p.rid, p.input_ids) == (64, "base64", "r", None) for p in parts)
+    assert all((p.dimensions, p.encoding_format, p.input_ids) == (64, "base64", None) for p in parts)
     pairs = EmbeddingReqInput(text_pairs=[("q", f"d{i}") for i in range(4)])
     assert [len(p.text_pairs) for p in pairs.split(2)] == [2, 2]
     ids = EmbeddingReqInput(input_ids=[[1], [2], [3]])

@@ -162,18 +162,18 @@ def test_backstop_answers_504_and_aborts_when_no_answer_comes(harness, hf_tokeni
     asyncio.run(scenario())
 
 
-def test_same_client_request_id_twice_keeps_answers_apart_and_metrics_count(harness, hf_tokenizer):
+def test_two_requests_keep_answers_apart_and_metrics_count(harness, hf_tokenizer):
     port_args, ctx, sched = harness
 
     async def scenario():
         tm = TokenizerManager(ServerArgs(), port_args, INFO, tokenizer=hf_tokenizer)
         tm.start()
         detok = make_socket(ctx, zmq.PUSH, port_args.tokenizer_output(0), bind=False)
-        first = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["one"], rid="dup")))
-        second = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["two two"], rid="dup")))
+        first = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["one"])))
+        second = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["two two"])))
         await asyncio.sleep(0.2)
         rids = [_recv(sched).reqs[0].rid for _ in range(2)]
-        assert len(set(rids)) == 2  # internal ids never come from the client
+        assert len(set(rids)) == 2  # every input gets a fresh internal id
         _send_results(detok, rids, [b"[1.0]", b"[2.0]"], [3, 4], queue_times=[0.01, 0.02], inference_time=0.03,
                       batch_size=2, batch_tokens=7, queue_length=4)
         a, b = await asyncio.wait_for(asyncio.gather(first, second), 5)

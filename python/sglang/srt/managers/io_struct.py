@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Optional, Union
+from typing import Optional
 
 import numpy as np
 
@@ -46,7 +46,6 @@ class EmbeddingReqInput:
     input_ids: Optional[list[list[int]]] = None
     dimensions: Optional[int] = None
     encoding_format: str = FORMAT_FLOAT
-    rid: Optional[str] = None
     items: Optional[list[MultimodalItem]] = None  # instead of text / input_ids (managers/multimodal/)
     text_pairs: Optional[list[tuple[str, str]]] = None  # (query, document) pairs for cross-encoders
 
@@ -174,5 +173,3 @@ class BatchEmbeddingResult:
     batch_tokens: int = 0
     queue_length: int = 0
 
-
-EmbeddingInput = Union[str, list[str], list[int], list[list[int]]]

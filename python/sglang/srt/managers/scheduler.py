@@ -1,7 +1,10 @@
-"""The scheduler: owns the ModelRunner, forms batches, runs them, ships pooled vectors out.
+"""The scheduler: queues tokenized inputs, forms batches, runs them, and turns the results into
+output messages.
 
 `Scheduler` is the engine core and can be stepped in-process without sockets (tests drive it
-directly); `run_scheduler_process` wraps it in the ZeroMQ loop of the scheduler process.
+directly). It runs a batch through the forward function it is given (ModelRunner.run_requests,
+which scheduler_process.py builds and wraps in the ZeroMQ loop of the scheduler process; a fake in
+tests), so it never touches the model itself.
 """
 
 from __future__ import annotations

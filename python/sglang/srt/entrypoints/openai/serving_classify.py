@@ -23,16 +23,16 @@ from sglang.srt.managers.io_struct import FORMAT_RAW, EmbeddingReqInput
 from sglang.srt.managers.tokenizer_manager import EmbeddingResult, TokenizerManager, payload_to_array
 
 
-def text_or_ids_request(inp: TextOrIdsInput, rid: Optional[str]) -> EmbeddingReqInput:
+def text_or_ids_request(inp: TextOrIdsInput) -> EmbeddingReqInput:
     """A string, strings, token ids or token-id lists -> raw-logit requests, one per input."""
     if isinstance(inp, str):
-        return EmbeddingReqInput(text=[inp], encoding_format=FORMAT_RAW, rid=rid)
+        return EmbeddingReqInput(text=[inp], encoding_format=FORMAT_RAW)
     if not inp:
         raise EmbeddingError(ErrorKind.INVALID_REQUEST, "Input cannot be empty.", param="input")
     if isinstance(inp[0], str):
-        return EmbeddingReqInput(text=list(inp), encoding_format=FORMAT_RAW, rid=rid)
+        return EmbeddingReqInput(text=list(inp), encoding_format=FORMAT_RAW)
     ids = [list(inp)] if isinstance(inp[0], int) else [list(x) for x in inp]
-    return EmbeddingReqInput(input_ids=ids, encoding_format=FORMAT_RAW, rid=rid)
+    return EmbeddingReqInput(input_ids=ids, encoding_format=FORMAT_RAW)
 
 
 def require_classifier(model_info: ModelInfo, name: str, endpoint: str) -> None:
@@ -70,7 +70,7 @@ class OpenAIServingClassify:
         check_model_name(request.model, self.served_model_name)
         info = self.tm.model_info
         require_classifier(info, self.served_model_name, "/v1/classify")
-        req = text_or_ids_request(request.input, rid)
+        req = text_or_ids_request(request.input)
         check_client_batch_size(req.batch_size, self.tm.server_args)
         result = await self.tm.embed(req)
         rows = [payload_to_array(p) for p in result.payloads]

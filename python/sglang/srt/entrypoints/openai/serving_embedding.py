@@ -20,28 +20,28 @@ def check_model_name(requested: Optional[str], served: str) -> None:
         raise EmbeddingError(ErrorKind.MODEL_NOT_FOUND, f"The model `{requested}` does not exist.", param="model", code="model_not_found")
 
 
-def to_req_input(request: EmbeddingRequest, rid: Optional[str] = None) -> EmbeddingReqInput:
+def to_req_input(request: EmbeddingRequest) -> EmbeddingReqInput:
     """Normalize the OpenAI input shapes into texts or token-id lists, and {"text", "image"}
     objects into multimodal items."""
     inp = request.input
     if isinstance(inp, str):
         return EmbeddingReqInput(text=[inp], dimensions=request.dimensions,
-                                 encoding_format=request.encoding_format, rid=rid)
+                                 encoding_format=request.encoding_format)
     if not inp:
         raise EmbeddingError(ErrorKind.INVALID_REQUEST, "Input cannot be empty.", param="input")
     first = inp[0]
     if isinstance(first, str):
         return EmbeddingReqInput(text=list(inp), dimensions=request.dimensions,
-                                 encoding_format=request.encoding_format, rid=rid)
+                                 encoding_format=request.encoding_format)
     if isinstance(first, MultimodalEmbeddingInput):
         return EmbeddingReqInput(items=[MultimodalItem(x.text, x.image) for x in inp], dimensions=request.dimensions,
-                                 encoding_format=request.encoding_format, rid=rid)
+                                 encoding_format=request.encoding_format)
     if isinstance(first, int):
         ids = [list(inp)]
     else:
         ids = [list(x) for x in inp]
     return EmbeddingReqInput(input_ids=ids, dimensions=request.dimensions,
-                             encoding_format=request.encoding_format, rid=rid)
+                             encoding_format=request.encoding_format)
 
 
 def check_client_batch_size(n: int, server_args) -> None:
@@ -90,7 +90,7 @@ class OpenAIServingEmbedding:
 
     async def create_embedding(self, request: EmbeddingRequest, rid: Optional[str] = None) -> tuple[bytes, EmbeddingResult]:
         self.validate(request)
-        req = to_req_input(request, rid)
+        req = to_req_input(request)
         check_client_batch_size(req.batch_size, self.tm.server_args)
         req.encoding_format = sparse_embeddings_format(self.tm.model_info, req.encoding_format) or req.encoding_format
         result = await self.tm.embed(req)

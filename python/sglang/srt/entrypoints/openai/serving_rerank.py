@@ -60,7 +60,7 @@ class OpenAIServingRerank:
         self.validate(request)
         pairs = [(request.query, doc) for doc in request.documents]
         check_client_batch_size(len(pairs), self.tm.server_args)
-        result = await self.tm.embed(EmbeddingReqInput(text_pairs=pairs, encoding_format=FORMAT_RAW, rid=rid))
+        result = await self.tm.embed(EmbeddingReqInput(text_pairs=pairs, encoding_format=FORMAT_RAW))
         logits = np.array([payload_to_array(p)[0] for p in result.payloads], dtype=np.float64)
         tokens = sum(result.prompt_tokens)
         body = {

@@ -31,5 +31,5 @@ class ServingSparseEmbedding:
             raise EmbeddingError(ErrorKind.INVALID_REQUEST, "Input cannot be empty.", param="inputs")
         check_client_batch_size(len(texts), self.tm.server_args)
         fmt = FORMAT_SPARSE_TEI_TEXT if request.return_text else FORMAT_SPARSE_TEI
-        result = await self.tm.embed(EmbeddingReqInput(text=texts, encoding_format=fmt, rid=rid))
+        result = await self.tm.embed(EmbeddingReqInput(text=texts, encoding_format=fmt))
         return b"[" + b",".join(result.payloads) + b"]", result
