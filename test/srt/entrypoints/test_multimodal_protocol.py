@@ -6,18 +6,19 @@ import pytest
 from pydantic import ValidationError
 
 from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest
-from sglang.srt.entrypoints.openai.serving_embedding import to_req_input
+from sglang.srt.entrypoints.inputs import normalize_input
 from sglang.srt.managers.io_struct import MultimodalItem
 
 
 def test_objects_become_multimodal_items_and_strings_stay_text():
-    req = to_req_input(EmbeddingRequest(input=[{"text": "a"}, {"image": "data:x"}, {"text": "b", "image": "u"}],
-                                        dimensions=8))
+    request = EmbeddingRequest(input=[{"text": "a"}, {"image": "data:x"}, {"text": "b", "image": "u"}], dimensions=8)
+    req, single = normalize_input(request.input, dimensions=request.dimensions)
+    assert not single
     assert req.items == [MultimodalItem("a", None), MultimodalItem(None, "data:x"), MultimodalItem("b", "u")]
     assert req.text is None and req.input_ids is None and req.batch_size == 3 and req.dimensions == 8
-    plain = to_req_input(EmbeddingRequest(input=["a", "b"]))
+    plain, _ = normalize_input(EmbeddingRequest(input=["a", "b"]).input)
     assert plain.text == ["a", "b"] and plain.items is None
-    assert to_req_input(EmbeddingRequest(input=[1, 2])).input_ids == [[1, 2]]
+    assert normalize_input(EmbeddingRequest(input=[1, 2]).input)[0].input_ids == [[1, 2]]
 
 
 @pytest.mark.parametrize("inp, message", [

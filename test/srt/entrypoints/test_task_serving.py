@@ -6,12 +6,10 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import pytest
 
-from sglang.srt.entrypoints.openai.serving_classify import classify_items, probabilities, text_or_ids_request
+from sglang.srt.entrypoints.openai.serving_classify import classify_items, probabilities
 from sglang.srt.entrypoints.openai.serving_rerank import rank
-from sglang.srt.errors import EmbeddingError
-from sglang.srt.managers.io_struct import FORMAT_RAW, TokenizedEmbeddingReqInput
+from sglang.srt.managers.io_struct import TokenizedEmbeddingReqInput
 from sglang.srt.model_executor.forward_io import ForwardOutput
 from sglang.srt.managers.scheduler import Scheduler
 from sglang.srt.server_args import ServerArgs
@@ -46,15 +44,6 @@ def test_rank_orders_by_logit_and_trims():
     assert [r["index"] for r in top] == [1, 3] and "document" not in top[0]
     tied = rank(np.array([1.0, 1.0, 2.0]), ["x", "y", "z"], None, False)
     assert [r["index"] for r in tied] == [2, 0, 1]  # ties keep request order
-
-
-def test_classify_inputs_are_texts_or_token_ids():
-    assert text_or_ids_request("hi").text == ["hi"]
-    assert text_or_ids_request([1, 2]).input_ids == [[1, 2]]
-    req = text_or_ids_request([[1], [2, 3]])
-    assert req.input_ids == [[1], [2, 3]] and req.encoding_format == FORMAT_RAW
-    with pytest.raises(EmbeddingError, match="cannot be empty"):
-        text_or_ids_request([])
 
 
 def test_scheduler_copies_sparse_rows_into_its_output():

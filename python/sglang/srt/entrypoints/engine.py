@@ -17,13 +17,11 @@ import orjson
 from sglang.srt.configs.model_config import check_model
 from sglang.srt.configs.model_info import OutputKind
 from sglang.srt.entrypoints.engine_processes import EngineProcesses
-from sglang.srt.errors import EmbeddingError, ErrorKind
-from sglang.srt.managers.io_struct import FORMAT_RAW, FORMAT_SPARSE_DICT, EmbeddingReqInput, MultimodalItem
+from sglang.srt.entrypoints.inputs import Prompt, normalize_input
+from sglang.srt.managers.io_struct import FORMAT_RAW, FORMAT_SPARSE_DICT
 from sglang.srt.managers.matryoshka import validate_dimensions
 from sglang.srt.managers.tokenizer_manager import TokenizerManager, payload_to_array
 from sglang.srt.server_args import ServerArgs
-
-Prompt = Union[str, list[str], list[int], list[list[int]], dict, list[dict]]
 
 
 def _sparse_payload(payload: bytes) -> dict[int, float]:
@@ -69,7 +67,7 @@ class Engine:
 
         Raises EmbeddingError for a bad input, with the same message the HTTP API would give.
         """
-        req, single = _to_request(prompt)
+        req, single = normalize_input(prompt)
         validate_dimensions(dimensions, self.model_info, self.server_args.served_model_name)
         req.dimensions = dimensions
         sparse = self.model_info.embeddings_output is OutputKind.SPARSE
@@ -107,26 +105,3 @@ class Engine:
 
     def __exit__(self, *exc) -> None:
         self.shutdown()
-
-
-def _to_request(prompt: Prompt) -> tuple[EmbeddingReqInput, bool]:
-    """The four prompt shapes (one or many; text, token ids, or multimodal items) as a request."""
-    if isinstance(prompt, str):
-        return EmbeddingReqInput(text=[prompt]), True
-    if isinstance(prompt, dict):
-        return EmbeddingReqInput(items=[_item(prompt)]), True
-    if prompt and isinstance(prompt[0], int):
-        return EmbeddingReqInput(input_ids=[list(prompt)]), True
-    if prompt and isinstance(prompt[0], str):
-        return EmbeddingReqInput(text=list(prompt)), False
-    if prompt and isinstance(prompt[0], dict):
-        return EmbeddingReqInput(items=[_item(p) for p in prompt]), False
-    return EmbeddingReqInput(input_ids=[list(p) for p in prompt]), False
-
-
-def _item(d: dict) -> MultimodalItem:
-    unknown = set(d) - {"text", "image"}
-    if unknown or not (d.get("text") or d.get("image")):
-        raise EmbeddingError(ErrorKind.INVALID_REQUEST, 'A multimodal input is {"text": ..., "image": ...} with at least one of the two.',
-                             param="input")
-    return MultimodalItem(text=d.get("text"), image=d.get("image"))

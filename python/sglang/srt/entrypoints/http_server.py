@@ -114,7 +114,7 @@ def create_app(server_args: ServerArgs, port_args: PortArgs, model_info: ModelIn
         tm = TokenizerManager(server_args, port_args, model_info, worker_id, metrics=metrics)
         tm.start()
         app.state.tokenizer_manager = tm
-        app.state.serving = OpenAIServingEmbedding(tm, server_args.served_model_name)
+        app.state.embedding = OpenAIServingEmbedding(tm, server_args.served_model_name)
         app.state.classify = OpenAIServingClassify(tm, server_args.served_model_name)
         app.state.rerank = OpenAIServingRerank(tm, server_args.served_model_name)
         app.state.sparse = ServingSparseEmbedding(tm, server_args.served_model_name)
@@ -197,20 +197,20 @@ def create_app(server_args: ServerArgs, port_args: PortArgs, model_info: ModelIn
         fields = {"inputs": count_inputs(request.input)}
         if server_args.log_request_text:
             fields["input"] = loggable_input(request.input)
-        return await serve_task(raw, lambda rid: app.state.serving.create_embedding(request, rid), fields)
+        return await serve_task(raw, lambda rid: app.state.embedding.handle(request, rid), fields)
 
     # ----- classifiers, cross-encoders and sparse heads (docs/rerank_and_classify.md, docs/sparse.md) -----
     @app.post("/v1/classify", responses={200: {"model": ClassifyResponse}, **_ERROR_RESPONSES})
     async def classify(request: ClassifyRequest, raw: Request):
-        return await serve_task(raw, lambda rid: app.state.classify.create_classify(request, rid))
+        return await serve_task(raw, lambda rid: app.state.classify.handle(request, rid))
 
     @app.post("/v1/rerank", responses={200: {"model": RerankResponse}, **_ERROR_RESPONSES})
     async def rerank(request: RerankRequest, raw: Request):
-        return await serve_task(raw, lambda rid: app.state.rerank.create_rerank(request, rid))
+        return await serve_task(raw, lambda rid: app.state.rerank.handle(request, rid))
 
     @app.post("/embed_sparse", responses={200: {"model": list[list[SparseValue]]}, **_ERROR_RESPONSES})
     async def embed_sparse(request: SparseEmbedRequest, raw: Request):
-        return await serve_task(raw, lambda rid: app.state.sparse.embed_sparse(request, rid))
+        return await serve_task(raw, lambda rid: app.state.sparse.handle(request, rid))
 
     return app
 

@@ -15,30 +15,11 @@ from typing import Optional, Sequence
 import numpy as np
 import orjson
 
-from sglang.srt.configs.model_info import ModelInfo
-from sglang.srt.entrypoints.openai.serving_embedding import check_client_batch_size, check_model_name
-from sglang.srt.entrypoints.openai.task_protocol import ClassifyRequest, TextOrIdsInput
-from sglang.srt.errors import EmbeddingError, ErrorKind
+from sglang.srt.entrypoints.inputs import normalize_input
+from sglang.srt.entrypoints.openai.serving_base import OpenAIServingBase
+from sglang.srt.entrypoints.openai.task_protocol import ClassifyRequest
 from sglang.srt.managers.io_struct import FORMAT_RAW, EmbeddingReqInput
-from sglang.srt.managers.tokenizer_manager import EmbeddingResult, TokenizerManager, payload_to_array
-
-
-def text_or_ids_request(inp: TextOrIdsInput) -> EmbeddingReqInput:
-    """A string, strings, token ids or token-id lists -> raw-logit requests, one per input."""
-    if isinstance(inp, str):
-        return EmbeddingReqInput(text=[inp], encoding_format=FORMAT_RAW)
-    if not inp:
-        raise EmbeddingError(ErrorKind.INVALID_REQUEST, "Input cannot be empty.", param="input")
-    if isinstance(inp[0], str):
-        return EmbeddingReqInput(text=list(inp), encoding_format=FORMAT_RAW)
-    ids = [list(inp)] if isinstance(inp[0], int) else [list(x) for x in inp]
-    return EmbeddingReqInput(input_ids=ids, encoding_format=FORMAT_RAW)
-
-
-def require_classifier(model_info: ModelInfo, name: str, endpoint: str) -> None:
-    if not model_info.is_classifier:
-        raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"Model '{name}' is not a classification model; {endpoint} needs a "
-                                  "*ForSequenceClassification checkpoint.", param="model")
+from sglang.srt.managers.tokenizer_manager import EmbeddingResult, payload_to_array
 
 
 def probabilities(logits: np.ndarray, problem_type: Optional[str]) -> np.ndarray:
@@ -61,18 +42,18 @@ def classify_items(logit_rows: Sequence[np.ndarray], labels: Sequence[str], prob
     return items
 
 
-class OpenAIServingClassify:
-    def __init__(self, tokenizer_manager: TokenizerManager, served_model_name: str) -> None:
-        self.tm = tokenizer_manager
-        self.served_model_name = served_model_name
+class OpenAIServingClassify(OpenAIServingBase[ClassifyRequest]):
+    endpoint = "/v1/classify"
 
-    async def create_classify(self, request: ClassifyRequest, rid: Optional[str] = None) -> tuple[bytes, EmbeddingResult]:
-        check_model_name(request.model, self.served_model_name)
+    def validate(self, request: ClassifyRequest) -> None:
+        super().validate(request)
+        self.require_classifier()
+
+    def convert(self, request: ClassifyRequest) -> EmbeddingReqInput:
+        return normalize_input(request.input, encoding_format=FORMAT_RAW)[0]  # raw logits, one row per input
+
+    def render(self, request: ClassifyRequest, result: EmbeddingResult, rid: Optional[str]) -> bytes:
         info = self.tm.model_info
-        require_classifier(info, self.served_model_name, "/v1/classify")
-        req = text_or_ids_request(request.input)
-        check_client_batch_size(req.batch_size, self.tm.server_args)
-        result = await self.tm.embed(req)
         rows = [payload_to_array(p) for p in result.payloads]
         tokens = sum(result.prompt_tokens)
         body = {
@@ -83,4 +64,4 @@ class OpenAIServingClassify:
             "data": classify_items(rows, info.labels, info.problem_type),
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
-        return orjson.dumps(body), result
+        return orjson.dumps(body)

@@ -15,12 +15,11 @@ from typing import Optional
 import numpy as np
 import orjson
 
-from sglang.srt.entrypoints.openai.serving_classify import require_classifier
-from sglang.srt.entrypoints.openai.serving_embedding import check_client_batch_size, check_model_name
+from sglang.srt.entrypoints.openai.serving_base import OpenAIServingBase
 from sglang.srt.entrypoints.openai.task_protocol import RerankRequest
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import FORMAT_RAW, EmbeddingReqInput
-from sglang.srt.managers.tokenizer_manager import EmbeddingResult, TokenizerManager, payload_to_array
+from sglang.srt.managers.tokenizer_manager import EmbeddingResult, payload_to_array
 
 
 def rank(logits: np.ndarray, documents: list[str], top_n: Optional[int], return_documents: bool) -> list[dict]:
@@ -38,29 +37,28 @@ def rank(logits: np.ndarray, documents: list[str], top_n: Optional[int], return_
     return results
 
 
-class OpenAIServingRerank:
-    def __init__(self, tokenizer_manager: TokenizerManager, served_model_name: str) -> None:
-        self.tm = tokenizer_manager
-        self.served_model_name = served_model_name
+class OpenAIServingRerank(OpenAIServingBase[RerankRequest]):
+    endpoint = "/v1/rerank"
 
     def validate(self, request: RerankRequest) -> None:
-        check_model_name(request.model, self.served_model_name)
-        require_classifier(self.tm.model_info, self.served_model_name, "/v1/rerank")
+        super().validate(request)
+        self.require_classifier()
         labels = self.tm.model_info.labels or ()
         if len(labels) != 1:
-            raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"Model '{self.served_model_name}' has {len(labels)} labels; /v1/rerank needs "
-                                      "a cross-encoder with a single relevance logit (use /v1/classify).",
-                                 param="model")
+            raise EmbeddingError(ErrorKind.INVALID_REQUEST,
+                                 f"Model '{self.served_model_name}' has {len(labels)} labels; /v1/rerank needs a "
+                                 "cross-encoder with a single relevance logit (use /v1/classify).", param="model")
         if not request.documents:
             raise EmbeddingError(ErrorKind.INVALID_REQUEST, "documents cannot be empty.", param="documents")
         if request.top_n is not None and request.top_n < 1:
-            raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"top_n must be at least 1, got {request.top_n}.", param="top_n")
+            raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"top_n must be at least 1, got {request.top_n}.",
+                                 param="top_n")
 
-    async def create_rerank(self, request: RerankRequest, rid: Optional[str] = None) -> tuple[bytes, EmbeddingResult]:
-        self.validate(request)
+    def convert(self, request: RerankRequest) -> EmbeddingReqInput:
         pairs = [(request.query, doc) for doc in request.documents]
-        check_client_batch_size(len(pairs), self.tm.server_args)
-        result = await self.tm.embed(EmbeddingReqInput(text_pairs=pairs, encoding_format=FORMAT_RAW))
+        return EmbeddingReqInput(text_pairs=pairs, encoding_format=FORMAT_RAW)
+
+    def render(self, request: RerankRequest, result: EmbeddingResult, rid: Optional[str]) -> bytes:
         logits = np.array([payload_to_array(p)[0] for p in result.payloads], dtype=np.float64)
         tokens = sum(result.prompt_tokens)
         body = {
@@ -69,4 +67,4 @@ class OpenAIServingRerank:
             "results": rank(logits, request.documents, request.top_n, request.return_documents),
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }
-        return orjson.dumps(body), result
+        return orjson.dumps(body)

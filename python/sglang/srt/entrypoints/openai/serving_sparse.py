@@ -10,26 +10,28 @@ from __future__ import annotations
 
 from typing import Optional
 
-from sglang.srt.entrypoints.openai.serving_embedding import check_client_batch_size
+from sglang.srt.entrypoints.openai.serving_base import OpenAIServingBase
 from sglang.srt.entrypoints.openai.task_protocol import SparseEmbedRequest
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import FORMAT_SPARSE_TEI, FORMAT_SPARSE_TEI_TEXT, EmbeddingReqInput
-from sglang.srt.managers.tokenizer_manager import EmbeddingResult, TokenizerManager
+from sglang.srt.managers.tokenizer_manager import EmbeddingResult
 
 
-class ServingSparseEmbedding:
-    def __init__(self, tokenizer_manager: TokenizerManager, served_model_name: str) -> None:
-        self.tm = tokenizer_manager
-        self.served_model_name = served_model_name
+class ServingSparseEmbedding(OpenAIServingBase[SparseEmbedRequest]):
+    endpoint = "/embed_sparse"
 
-    async def embed_sparse(self, request: SparseEmbedRequest, rid: Optional[str] = None) -> tuple[bytes, EmbeddingResult]:
+    def validate(self, request: SparseEmbedRequest) -> None:
+        # TEI's request names no model.
         if not self.tm.model_info.sparse_head:
-            raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"Model '{self.served_model_name}' has no sparse head; serve a SPLADE or "
-                                      "bge-m3 checkpoint, or pass --sparse-head.", param="model")
+            raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"Model '{self.served_model_name}' has no sparse head; "
+                                 "serve a SPLADE or bge-m3 checkpoint, or pass --sparse-head.", param="model")
+
+    def convert(self, request: SparseEmbedRequest) -> EmbeddingReqInput:
         texts = [request.inputs] if isinstance(request.inputs, str) else list(request.inputs)
         if not texts:
             raise EmbeddingError(ErrorKind.INVALID_REQUEST, "Input cannot be empty.", param="inputs")
-        check_client_batch_size(len(texts), self.tm.server_args)
         fmt = FORMAT_SPARSE_TEI_TEXT if request.return_text else FORMAT_SPARSE_TEI
-        result = await self.tm.embed(EmbeddingReqInput(text=texts, encoding_format=fmt))
-        return b"[" + b",".join(result.payloads) + b"]", result
+        return EmbeddingReqInput(text=texts, encoding_format=fmt)
+
+    def render(self, request: SparseEmbedRequest, result: EmbeddingResult, rid: Optional[str]) -> bytes:
+        return b"[" + b",".join(result.payloads) + b"]"
