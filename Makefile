@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 30000
 
-.PHONY: install serve test test-fast clean
+.PHONY: install serve lint test test-fast clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -22,10 +22,16 @@ install: $(STAMP)
 serve: $(STAMP)
 	$(VENV)/bin/sglang serve --host $(HOST) --port $(PORT)
 
-test: $(STAMP)
+# ruff's lint rules (pyproject.toml); the import-layering check is test/test_import_layers.py.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+# Everything: lint, unit tests and the end-to-end tests that start servers.
+test: lint
 	$(PY) -m pytest -q test
 
-test-fast: $(STAMP)
+# Seconds: lint and the unit tests (no test that starts a process; see the `slow` marker).
+test-fast: lint
 	$(PY) -m pytest -q test -m "not slow"
 
 clean:

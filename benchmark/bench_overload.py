@@ -327,16 +327,17 @@ def _print(s: dict) -> None:
           f"| {a['p99_ms']:.1f} |")
     st = o["statuses"]
     other = sum(v for k, v in st.items() if k not in (200, 429))
-    print(f"| overload ({c['clients']} clients) | {o['requests']} | {o['req_per_s']:.0f} | {st.get(200, 0)} | {st.get(429, 0)} | {other} "
-          f"| {o['accepted_p50_ms']:.1f} | {o['accepted_p99_ms']:.1f} |")
+    print(f"| overload ({c['clients']} clients) | {o['requests']} | {o['req_per_s']:.0f} | {st.get(200, 0)} | "
+          f"{st.get(429, 0)} | {other} | {o['accepted_p50_ms']:.1f} | {o['accepted_p99_ms']:.1f} |")
     q50, i50, t50 = o["server_queue_inference_total_ms_p50"]
     q99, i99, t99 = o["server_queue_inference_total_ms_p99"]
     print(f"\naccepted, as the server timed them (x-queue/inference/total-time): p50 {q50:.1f} / {i50:.1f} / "
           f"{t50:.1f} ms, p99 {q99:.1f} / {i99:.1f} / {t99:.1f} ms")
     print(f"server-side (x-total-time) p99: unloaded {u['server_total_p99_ms']:.1f} ms, overload {t99:.1f} ms, "
           f"ratio {o['server_side_p99_ratio']:.2f}")
-    print(f"accepted p99 / unloaded p99 = {o['p99_ratio']:.2f}, / at-capacity p99 = {o['p99_ratio_vs_capacity']:.2f}; lost {s['correctness']['lost']}, "
-          f"duplicated {s['correctness']['duplicated']}, other problems {s['correctness']['n_problems']}")
+    print(f"accepted p99 / unloaded p99 = {o['p99_ratio']:.2f}, / at-capacity p99 = {o['p99_ratio_vs_capacity']:.2f}; "
+          f"lost {s['correctness']['lost']}, duplicated {s['correctness']['duplicated']}, "
+          f"other problems {s['correctness']['n_problems']}")
     print("\n| process | RSS at start MB | after warm-up MB | max after warm-up MB | end MB | growth MB |")
     print("|---|---|---|---|---|---|")
     for r in s["rss"]:

@@ -72,6 +72,7 @@ def test_reuses_connections_and_parses_bodies():
     asyncio.run(_with_server(check))
 
 
+@pytest.mark.slow
 def test_errors_come_back_as_statuses():
     async def check(poster, stats):
         assert await poster.post({"mode": "busy"}) == (429, None)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from sglang.cli import build_serve_parser
 from sglang.srt.server_args import ServerArgs
 
@@ -38,6 +40,7 @@ def test_trtllm_and_sglang_flag_spellings():
     assert ServerArgs.from_cli_args(parse(["--max-running-requests", "3"])).max_batch_size == 3
 
 
+@pytest.mark.slow
 def test_missing_model_directory_is_one_line_error():
     r = _run("-m", "sglang.launch_server", "--model-path", "/nonexistent/model/dir")
     assert r.returncode != 0
@@ -45,6 +48,7 @@ def test_missing_model_directory_is_one_line_error():
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_offline_uncached_hub_id_is_one_line_error():
     r = _run("-m", "sglang.launch_server", "--model-path", "no-such-org/no-such-model-xyz")
     assert r.returncode != 0

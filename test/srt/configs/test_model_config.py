@@ -98,6 +98,7 @@ def test_custom_code_needs_trust_remote_code(tmp_path, qwen3_dir):
         load_tokenizer(str(tok_dir), trust_remote_code=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["not_embedding", "unsupported"])
 def test_cli_start_up_errors_are_one_line(qwen3_dir, tmp_path, case):
     if case == "not_embedding":

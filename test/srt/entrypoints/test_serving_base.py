@@ -4,7 +4,6 @@ checks they share (model name, inputs per request, classifier-only routes)."""
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 
 import orjson
 import pytest

@@ -22,6 +22,7 @@ def cache(monkeypatch, tmp_path):
     return path
 
 
+@pytest.mark.slow
 @needs_compiler
 def test_builds_once_then_reuses_the_cached_library_without_a_compiler(cache, monkeypatch):
     first = loader.build_kernel()
@@ -36,6 +37,7 @@ def test_builds_once_then_reuses_the_cached_library_without_a_compiler(cache, mo
     assert loader.build_kernel().path == first.path
 
 
+@pytest.mark.slow
 @needs_compiler
 def test_changed_source_gets_its_own_library(cache, tmp_path):
     copies = []
@@ -102,6 +104,7 @@ def test_cache_dir_defaults(monkeypatch, tmp_path):
     assert loader.cache_dir() == tmp_path / "x"
 
 
+@pytest.mark.slow
 @needs_compiler
 def test_library_is_usable_from_a_fresh_process(cache):
     """The scheduler process loads what an earlier process built (the usual case after the first run)."""

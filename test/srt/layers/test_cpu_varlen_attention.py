@@ -133,6 +133,7 @@ def test_strided_slices_of_a_fused_projection(kernel, dtype):
     assert _error(out, q, k, v, seq_lens, heads, kv_heads, d) < (1e-5 if dtype == torch.float32 else 3e-2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("causal,window", [(False, None), (True, None), (False, 100), (True, 64)])
 def test_long_sequence_split_over_threads(kernel, causal, window):
     """One 1000-token sequence is cut into row blocks (and heads) so that every thread gets work."""
@@ -216,6 +217,7 @@ except MemoryError as e:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses RLIMIT_AS and /proc")
 def test_scratch_allocation_failure_is_a_memory_error_not_a_hang():
     """Threads whose scratch cannot be allocated still reach the shared loop; the call reports it."""

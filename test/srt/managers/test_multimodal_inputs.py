@@ -202,7 +202,8 @@ def test_prepared_items_expand_and_position(gme_dir):
     ([MultimodalItem("x <|image_pad|>", PNG)], {}, {}, "Item 0: the prompt holds 2 image placeholder tokens"),
     ([MultimodalItem("  ")], {}, {}, "Item 0: needs a non-empty 'text' or an 'image'."),
     ([MultimodalItem("ok"), MultimodalItem("a cat", PNG)], {"context": 45}, {},
-     "Item 1: the input (50 tokens, 8 of them for the image) is longer than the model's context length (45 tokens)."),
+     "Item 1: the input (50 tokens, 8 of them for the image) is longer than the model's context length "
+     "(45 tokens)."),
     ([MultimodalItem("a cat", PNG)], {}, {"max_num_tokens": 40},
      "Item 0: the input (50 tokens, 8 of them for the image) is longer than the server's per-batch token budget"),
     ([MultimodalItem("ok"), MultimodalItem(image="data:image/png;base64,aGk="), MultimodalItem(image="nope.png")],
@@ -223,6 +224,7 @@ def test_text_only_model_without_template_embeds_text_items_as_plain_strings(gme
     np.testing.assert_array_equal(p.input_ids, AutoTokenizer.from_pretrained(gme_dir)("a cat")["input_ids"])
 
 
+@pytest.mark.slow
 def test_image_loading_leaves_the_event_loop_free(gme_dir):
     """While a slow image URL loads (in the pool), other coroutines keep running on the loop."""
     with ImageServer({"/slow.png": ("slow", 0.6, encode_image(gradient_image(40, 40)))}) as server:

@@ -187,6 +187,7 @@ def test_two_requests_keep_answers_apart_and_metrics_count(harness, hf_tokenizer
     asyncio.run(scenario())
 
 
+@pytest.mark.slow
 def test_huge_text_is_tokenized_off_the_event_loop(harness, hf_tokenizer):
     port_args, ctx, sched = harness
 

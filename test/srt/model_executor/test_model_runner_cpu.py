@@ -21,6 +21,7 @@ def corpus_ids():
     return [np.asarray(x, dtype=np.int32) for x in ids]
 
 
+@pytest.mark.slow
 def test_bfloat16_vectors_stay_within_0999_of_float32(corpus_ids):
     fp32 = ModelRunner(ServerArgs(device="cpu"))
     bf16 = ModelRunner(ServerArgs(device="cpu", dtype="bfloat16"))

@@ -17,6 +17,8 @@ from sglang.srt.errors import ConfigError
 from sglang.srt.utils.process import mark_stopping, prepare_child_process, stop_requested
 from test.helpers.procs import is_running, wait_for
 
+pytestmark = pytest.mark.slow  # every test here spawns child processes
+
 
 def _child(parent_pid: int, ipc_dir: str) -> None:
     prepare_child_process(parent_pid, ipc_dir)
