@@ -1,5 +1,6 @@
 """Engine: the serving engine in-process, for offline use (no HTTP).
 
+Usage:
     import sglang
     with sglang.Engine(model_path="...", is_embedding=True) as engine:
         out = engine.encode(["a", "b"])   # [{"embedding": [...], "meta_info": {...}}, ...]

@@ -1,5 +1,6 @@
 """Messages between the processes: one family per link, all registered with the frame codec.
 
+The links:
     HTTP / Engine --EmbeddingReqInput--> TokenizerManager
     TokenizerManager --BatchTokenizedEmbeddingReqInput--> Scheduler
     Scheduler --BatchEmbeddingOutput--> Detokenizer

@@ -12,8 +12,7 @@ from sglang.srt.errors import EmbeddingError, ErrorKind
 
 
 def validate_dimensions(dimensions: Optional[int], model_info: ModelInfo, model_name: str) -> None:
-    """Raise an INVALID_REQUEST EmbeddingError unless `dimensions` is None or a width this model can return.
-    """
+    """Raise an INVALID_REQUEST EmbeddingError unless `dimensions` is None or a width this model can return."""
     if dimensions is None:
         return
     if not model_info.is_matryoshka:
