@@ -175,6 +175,8 @@ class ServerArgs:
             raise ConfigError("--mm-image-timeout must be > 0 seconds")
 
     # ----- CLI -----
+    # The flag table is kept as written (one or two lines a flag) rather than one argument a line.
+    # fmt: off
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> None:
         d = ServerArgs.__dataclass_fields__
@@ -288,6 +290,7 @@ class ServerArgs:
                        help="Seconds to fetch one image URL, redirects included.")
         g.add_argument("--mm-max-image-bytes", type=int, default=d["mm_max_image_bytes"].default,
                        help="Largest encoded image (URL, data URI, base64 or file).")
+    # fmt: on
 
     @classmethod
     def from_cli_args(cls, args: argparse.Namespace) -> "ServerArgs":
