@@ -22,9 +22,10 @@ install: $(STAMP)
 serve: $(STAMP)
 	$(VENV)/bin/sglang serve --host $(HOST) --port $(PORT)
 
-# ruff's lint rules (pyproject.toml); the import-layering check is test/test_import_layers.py.
+# ruff's lint rules and format (pyproject.toml); the import-layering check is test/test_import_layers.py.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 # Everything: lint, unit tests and the end-to-end tests that start servers.
 test: lint

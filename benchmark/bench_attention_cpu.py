@@ -18,14 +18,14 @@ import os
 import numpy as np
 import torch
 import torch.nn.functional as F
+from bench_timing import median_seconds  # benchmark/, on sys.path when run as a script
 
-from sglang.srt.layers.attention.layer import AttentionLayer
 from sglang.srt.layers.attention.cpu_kernel_loader import load_kernel
 from sglang.srt.layers.attention.cpu_varlen_backend import CpuVarlenAttnBackend
+from sglang.srt.layers.attention.layer import AttentionLayer
 from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.server_args import default_model_path
-from bench_timing import median_seconds  # benchmark/, on sys.path when run as a script
 
 HEADS, HEAD_DIM = 12, 32  # all-MiniLM-L6-v2
 
@@ -81,8 +81,10 @@ def main() -> None:
         dtype = getattr(torch, dtype_name)
         rng = np.random.default_rng(0)
         print(f"\n{dtype_name}, {args.threads} threads, {HEADS} heads x {HEAD_DIM}")
-        print(f"{'batch':>6} {'tokens':>7} {'grid ms':>8} {'per_seq ms':>10} {'grouped ms':>10} "
-              f"{'kernel ms':>9} {'grouped/kernel':>14}")
+        print(
+            f"{'batch':>6} {'tokens':>7} {'grid ms':>8} {'per_seq ms':>10} {'grouped ms':>10} "
+            f"{'kernel ms':>9} {'grouped/kernel':>14}"
+        )
         for bs in (1, 4, 16, 32, 64):
             lens = rng.choice(lengths, size=bs)
             lists = [np.zeros(n, np.int32) for n in lens]
@@ -100,8 +102,7 @@ def main() -> None:
                 p = median_seconds(lambda: per_seq_attention(q, k, v, fb_g), args.repeats)
                 o = median_seconds(lambda: grouped.forward(q, k, v, layer, fb_g), args.repeats)
                 c = median_seconds(lambda: compiled.forward(q, k, v, layer, fb_k), args.repeats)
-            print(f"{bs:>6} {t:>7} {g * 1e3:>8.2f} {p * 1e3:>10.2f} {o * 1e3:>10.2f} {c * 1e3:>9.2f} "
-                  f"{o / c:>13.1f}x")
+            print(f"{bs:>6} {t:>7} {g * 1e3:>8.2f} {p * 1e3:>10.2f} {o * 1e3:>10.2f} {c * 1e3:>9.2f} {o / c:>13.1f}x")
 
 
 if __name__ == "__main__":

@@ -36,9 +36,10 @@ def main() -> None:
     ap.add_argument("--cpu-threads", type=int, default=None)
     args = ap.parse_args()
 
+    from transformers import AutoTokenizer
+
     import sglang.srt.model_executor.model_runner as model_runner
     from sglang.srt.server_args import ServerArgs, default_model_path
-    from transformers import AutoTokenizer
 
     path = args.model_path or default_model_path()
     server_args = ServerArgs(model_path=path, dtype=args.dtype, device="cpu", cpu_threads=args.cpu_threads)
@@ -64,8 +65,10 @@ def main() -> None:
     short = [x for x in ids if len(x) <= 16]
     total_tokens = sum(len(x) for x in ids)
     diff = float(np.abs(ours.embed(ids[:32]) - peer.embed(ids[:32])).max())
-    print(f"{path} {args.dtype}: {len(ids)} texts, {total_tokens / len(ids):.1f} tokens mean; "
-          f"{len(short)} short texts; largest vector difference {diff:.2e}")
+    print(
+        f"{path} {args.dtype}: {len(ids)} texts, {total_tokens / len(ids):.1f} tokens mean; "
+        f"{len(short)} short texts; largest vector difference {diff:.2e}"
+    )
 
     for batch in (int(b) for b in args.batch_sizes.split(",")):
         results: dict[str, list[float]] = {name: [] for name in names}
@@ -78,11 +81,12 @@ def main() -> None:
                     results[name].append((time.perf_counter() - start) / len(short) * 1000)
                 else:
                     for i in range(0, len(ids), batch):
-                        runner.embed(ids[i:i + batch])
+                        runner.embed(ids[i : i + batch])
                     results[name].append(total_tokens / (time.perf_counter() - start))
         a, b = (statistics.median(results[name]) for name in names)
         unit, gain = ("ms per short text", b / a) if batch == 1 else ("tokens/s", a / b)
         print(f"batch {batch:>3}: {unit}: {names[0]} {a:,.1f}  {names[1]} {b:,.1f}  -> {gain:.2f}x")
+
 
 if __name__ == "__main__":
     main()

@@ -48,11 +48,27 @@ def peer_texts_per_s(texts: list[str], seconds: float) -> float:
     return done / (time.perf_counter() - start)
 
 
-def load_level(url: str, concurrency: int, requests: int, encoding: str, max_words: int | None,
-               client: str) -> dict[str, Any]:
+def load_level(
+    url: str, concurrency: int, requests: int, encoding: str, max_words: int | None, client: str
+) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        argv = ["--url", url, "--concurrency", str(concurrency), "--num-requests", str(requests), "--warmup", "32",
-                "--encoding-format", encoding, "--no-progress", "--client", client, "--output-json", out.name]
+        argv = [
+            "--url",
+            url,
+            "--concurrency",
+            str(concurrency),
+            "--num-requests",
+            str(requests),
+            "--warmup",
+            "32",
+            "--encoding-format",
+            encoding,
+            "--no-progress",
+            "--client",
+            client,
+            "--output-json",
+            out.name,
+        ]
         if max_words:
             argv += ["--max-words", str(max_words)]
         bench_serving.main(argv)
@@ -74,10 +90,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--peer-seconds", type=float, default=20.0, help="seconds per sentence-transformers run")
     ap.add_argument("--requests", type=int, default=600, help="requests per concurrency level")
-    ap.add_argument("--encoding-format", default="base64", choices=["float", "base64"],
-                    help="base64 is what the official openai client asks for")
-    ap.add_argument("--client", default=bench_serving.CLIENTS[0], choices=bench_serving.CLIENTS,
-                    help="bench_serving's HTTP client (lean: least CPU taken from the server)")
+    ap.add_argument(
+        "--encoding-format",
+        default="base64",
+        choices=["float", "base64"],
+        help="base64 is what the official openai client asks for",
+    )
+    ap.add_argument(
+        "--client",
+        default=bench_serving.CLIENTS[0],
+        choices=bench_serving.CLIENTS,
+        help="bench_serving's HTTP client (lean: least CPU taken from the server)",
+    )
     ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated names from: " + ", ".join(CONFIGS))
     ap.add_argument("--output-json", default=None)
     args = ap.parse_args()
@@ -90,20 +114,38 @@ def main() -> None:
         peer.append(peer_texts_per_s(texts, args.peer_seconds))
     st = statistics.median(peer)
 
-    print(f"\nsentence-transformers offline float32, batch 32: {st:.1f} texts/s "
-          f"(runs: {', '.join(f'{p:.1f}' for p in peer)})")
+    print(
+        f"\nsentence-transformers offline float32, batch 32: {st:.1f} texts/s "
+        f"(runs: {', '.join(f'{p:.1f}' for p in peer)})"
+    )
     print(f"{'server':<20} {'c=64 texts/s':>12} {'x ST':>6} {'c=1 short p50 ms':>17} {'p99 ms':>8}")
     rows = []
     for name, levels in results.items():
         c64, c1 = levels["c=64"], levels["c=1 short"]
         ratio = c64["texts_per_s"] / st
         print(f"{name:<20} {c64['texts_per_s']:>12.1f} {ratio:>6.2f} {c1['p50_ms']:>17.1f} {c1['p99_ms']:>8.1f}")
-        rows.append({"config": name, "c64_texts_per_s": c64["texts_per_s"], "ratio_vs_st": ratio,
-                     "c1_p50_ms": c1["p50_ms"], "c1_p99_ms": c1["p99_ms"], "levels": levels})
+        rows.append(
+            {
+                "config": name,
+                "c64_texts_per_s": c64["texts_per_s"],
+                "ratio_vs_st": ratio,
+                "c1_p50_ms": c1["p50_ms"],
+                "c1_p99_ms": c1["p99_ms"],
+                "levels": levels,
+            }
+        )
     if args.output_json:
         with open(args.output_json, "w") as f:
-            json.dump({"machine": bench_serving.machine_info(), "st_texts_per_s": peer, "servers": rows,
-                       "command": " ".join(sys.argv)}, f, indent=1)
+            json.dump(
+                {
+                    "machine": bench_serving.machine_info(),
+                    "st_texts_per_s": peer,
+                    "servers": rows,
+                    "command": " ".join(sys.argv),
+                },
+                f,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

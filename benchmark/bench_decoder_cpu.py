@@ -31,9 +31,18 @@ def main() -> None:
     from sglang.srt.model_executor.model_runner import ModelRunner
     from sglang.srt.server_args import ServerArgs
 
-    cfg = Qwen3Config(vocab_size=151669, hidden_size=1024, intermediate_size=3072, num_hidden_layers=args.layers,
-                      num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=32768,
-                      rope_theta=1000000.0, architectures=["Qwen3Model"])
+    cfg = Qwen3Config(
+        vocab_size=151669,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=args.layers,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=32768,
+        rope_theta=1000000.0,
+        architectures=["Qwen3Model"],
+    )
     rng = np.random.default_rng(0)
     lens = rng.integers(args.min_len, args.max_len + 1, size=args.batch)
     ids = [rng.integers(0, cfg.vocab_size, size=int(n)).astype(np.int32) for n in lens]
@@ -58,8 +67,10 @@ def main() -> None:
 
     t_ours, t_ref = median_seconds(ours, args.repeats), median_seconds(theirs, args.repeats)
     tokens = int(lens.sum())
-    print(f"threads={torch.get_num_threads()} layers={args.layers} batch={args.batch} tokens={tokens} "
-          f"(padded {padded.numel()})")
+    print(
+        f"threads={torch.get_num_threads()} layers={args.layers} batch={args.batch} tokens={tokens} "
+        f"(padded {padded.numel()})"
+    )
     print(f"ours:         {t_ours * 1000:8.1f} ms  {tokens / t_ours:8.0f} tok/s")
     print(f"transformers: {t_ref * 1000:8.1f} ms  {tokens / t_ref:8.0f} tok/s")
     print(f"speed-up: {t_ref / t_ours:.2f}x")

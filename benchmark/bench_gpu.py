@@ -41,9 +41,18 @@ TARGET_OVER_HF_MIXED = 1.5
 
 # Qwen3-Embedding-0.6B's config.json, minus the weights.
 QWEN3_0_6B = dict(
-    vocab_size=151669, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-    num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=32768,
-    rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True, hidden_act="silu",
+    vocab_size=151669,
+    hidden_size=1024,
+    intermediate_size=3072,
+    num_hidden_layers=28,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    max_position_embeddings=32768,
+    rms_norm_eps=1e-6,
+    rope_theta=1000000.0,
+    tie_word_embeddings=True,
+    hidden_act="silu",
 )
 # (head_dim, causal window) of each FlashInfer kernel the GPU tests and this benchmark use.
 JIT_VARIANTS = [(64, False), (64, True), (128, False)]
@@ -56,13 +65,25 @@ def _compile_variant(head_dim: int, window: bool) -> None:
     ws = torch.empty(16 << 20, dtype=torch.uint8, device="cuda")
     wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(ws, "NHD", backend="fa2")
     indptr = torch.tensor([0, 4], dtype=torch.int32)
-    wrapper.plan(indptr, indptr, 1, 1, head_dim, causal=window, window_left=1 if window else -1,
-                 q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)
+    wrapper.plan(
+        indptr,
+        indptr,
+        1,
+        1,
+        head_dim,
+        causal=window,
+        window_left=1 if window else -1,
+        q_data_type=torch.bfloat16,
+        kv_data_type=torch.bfloat16,
+    )
     x = torch.randn(4, 1, head_dim, dtype=torch.bfloat16, device="cuda")
     wrapper.run(x, x, x)
     if head_dim == 64 and not window:  # custom masks also need FlashInfer's bit-packing kernel
-        flashinfer.segment_packbits(torch.ones(16, dtype=torch.bool, device="cuda"),
-                                    torch.tensor([0, 16], dtype=torch.int32, device="cuda"), bitorder="little")
+        flashinfer.segment_packbits(
+            torch.ones(16, dtype=torch.bool, device="cuda"),
+            torch.tensor([0, 16], dtype=torch.int32, device="cuda"),
+            bitorder="little",
+        )
     torch.cuda.synchronize()
 
 
@@ -151,8 +172,13 @@ def bench_model(label: str, runner, hf: Callable, vocab: int) -> list[dict]:
         for bs in sizes:
             ids = batches(name, lo, hi, bs, vocab)
             tokens = int(sum(len(t) for t in ids))
-            row = {"model": label, "workload": name, "batch": bs, "tokens": tokens,
-                   "graph_fits": graph_runner is not None and graph_runner.plan(runner.build_batch(ids)) is not None}
+            row = {
+                "model": label,
+                "workload": name,
+                "batch": bs,
+                "tokens": tokens,
+                "graph_fits": graph_runner is not None and graph_runner.plan(runner.build_batch(ids)) is not None,
+            }
             runner.graph_runner = graph_runner
             ours = runner.embed(ids)
             row["graph_s"] = timed(lambda: runner.embed(ids))
@@ -170,21 +196,27 @@ def bench_model(label: str, runner, hf: Callable, vocab: int) -> list[dict]:
     return rows
 
 
-HEADER = (f"{'model':<14}{'load':<7}{'bs':>4}{'tokens':>8}{'graph':>6} {'graph ms':>9}{'eager ms':>9}"
-          f"{'hf ms':>9} {'graph tok/s':>12}{'eager tok/s':>12}{'hf tok/s':>12} {'g/eager':>8}{'g/hf':>6}{'cos':>8}")
+HEADER = (
+    f"{'model':<14}{'load':<7}{'bs':>4}{'tokens':>8}{'graph':>6} {'graph ms':>9}{'eager ms':>9}"
+    f"{'hf ms':>9} {'graph tok/s':>12}{'eager tok/s':>12}{'hf tok/s':>12} {'g/eager':>8}{'g/hf':>6}{'cos':>8}"
+)
 
 
 def format_row(r: dict) -> str:
-    return (f"{r['model']:<14}{r['workload']:<7}{r['batch']:>4}{r['tokens']:>8}{'yes' if r['graph_fits'] else 'no':>6} "
-            f"{r['graph_s'] * 1e3:>9.2f}{r['eager_s'] * 1e3:>9.2f}{r['hf_s'] * 1e3:>9.2f} "
-            f"{r['graph_tok_s']:>12,.0f}{r['eager_tok_s']:>12,.0f}{r['hf_tok_s']:>12,.0f} "
-            f"{r['graph_over_eager']:>7.2f}x{r['graph_over_hf']:>5.2f}x{r['cos_vs_hf']:>8.4f}")
+    return (
+        f"{r['model']:<14}{r['workload']:<7}{r['batch']:>4}{r['tokens']:>8}{'yes' if r['graph_fits'] else 'no':>6} "
+        f"{r['graph_s'] * 1e3:>9.2f}{r['eager_s'] * 1e3:>9.2f}{r['hf_s'] * 1e3:>9.2f} "
+        f"{r['graph_tok_s']:>12,.0f}{r['eager_tok_s']:>12,.0f}{r['hf_tok_s']:>12,.0f} "
+        f"{r['graph_over_eager']:>7.2f}x{r['graph_over_hf']:>5.2f}x{r['cos_vs_hf']:>8.4f}"
+    )
 
 
 def targets(rows: list[dict]) -> dict:
     out = {}
     for model in dict.fromkeys(r["model"] for r in rows):
-        short = [r["graph_over_eager"] for r in rows if r["model"] == model and r["workload"] == "short" and r["batch"] <= 8]
+        short = [
+            r["graph_over_eager"] for r in rows if r["model"] == model and r["workload"] == "short" and r["batch"] <= 8
+        ]
         mixed = [r["graph_over_hf"] for r in rows if r["model"] == model and r["workload"] == "mixed"]
         out[model] = {
             "graph_over_eager_short_bs_le_8_min": min(short, default=None),
@@ -225,8 +257,9 @@ def main_bench(out_dir: str) -> int:
     def qwen3():
         path = tempfile.mkdtemp(prefix="qwen3-0.6b-shape-")
         model = build_qwen3_shape(path)
-        runner = ModelRunner(ServerArgs(model_path=path, is_embedding=True, dtype="bfloat16", device="cuda",
-                                        context_length=2048))
+        runner = ModelRunner(
+            ServerArgs(model_path=path, is_embedding=True, dtype="bfloat16", device="cuda", context_length=2048)
+        )
         return runner, hf_embed_fn(model, "lasttoken", 0), QWEN3_0_6B["vocab_size"]
 
     run("all-MiniLM-L6", minilm)

@@ -65,8 +65,10 @@ async def run_phase(args, post, image_payloads, text_payloads, images: bool, tex
     streams, tasks = {}, []
     if images:
         streams["images"] = Stream("images")
-        tasks += [client(post, image_payloads, streams["images"], args.images_per_request, stop_at, c)
-                  for c in range(args.image_clients)]
+        tasks += [
+            client(post, image_payloads, streams["images"], args.images_per_request, stop_at, c)
+            for c in range(args.image_clients)
+        ]
     if text:
         streams["text"] = Stream("text")
         tasks += [client(post, text_payloads, streams["text"], 1, stop_at, c * 7) for c in range(args.text_clients)]
@@ -76,9 +78,15 @@ async def run_phase(args, post, image_payloads, text_payloads, images: bool, tex
     out = {}
     for name, s in streams.items():
         ms = [x * 1000 for x in s.latencies]
-        out[name] = {"requests_per_s": len(ms) / elapsed, "items_per_s": s.items / elapsed, "requests": len(ms),
-                     "p50_ms": percentile(ms, 50), "p90_ms": percentile(ms, 90), "p99_ms": percentile(ms, 99),
-                     "errors": s.errors}
+        out[name] = {
+            "requests_per_s": len(ms) / elapsed,
+            "items_per_s": s.items / elapsed,
+            "requests": len(ms),
+            "p50_ms": percentile(ms, 50),
+            "p90_ms": percentile(ms, 90),
+            "p99_ms": percentile(ms, 99),
+            "errors": s.errors,
+        }
     return out
 
 
@@ -103,9 +111,14 @@ def make_images(args) -> list[bytes]:
 
 def payloads(args, sources: list[str], texts: list[str], model: Optional[str]) -> tuple[list, list]:
     k = args.images_per_request
-    image_payloads = [{"input": [{"image": sources[(i * k + j) % len(sources)]} for j in range(k)],
-                       "encoding_format": "base64", **({"model": model} if model else {})}
-                      for i in range(len(sources))]
+    image_payloads = [
+        {
+            "input": [{"image": sources[(i * k + j) % len(sources)]} for j in range(k)],
+            "encoding_format": "base64",
+            **({"model": model} if model else {}),
+        }
+        for i in range(len(sources))
+    ]
     text_payloads = [{"input": t, "encoding_format": "base64", **({"model": model} if model else {})} for t in texts]
     return image_payloads, text_payloads
 
@@ -143,38 +156,57 @@ async def main_async(args, base: str) -> dict:
 
 
 def report(args, results: dict) -> str:
-    rows = ["| phase | images/s | image req p50 / p99 (ms) | text req/s | text p50 / p90 / p99 (ms) |",
-            "|---|---|---|---|---|"]
+    rows = [
+        "| phase | images/s | image req p50 / p99 (ms) | text req/s | text p50 / p90 / p99 (ms) |",
+        "|---|---|---|---|---|",
+    ]
     for phase in ("images", "text", "mixed"):
         r = results[phase]
         img, txt = r.get("images"), r.get("text")
-        rows.append("| {} | {} | {} | {} | {} |".format(
-            phase,
-            f"{img['items_per_s']:.1f}" if img else "-",
-            f"{img['p50_ms']:.0f} / {img['p99_ms']:.0f}" if img else "-",
-            f"{txt['requests_per_s']:.1f}" if txt else "-",
-            f"{txt['p50_ms']:.1f} / {txt['p90_ms']:.1f} / {txt['p99_ms']:.1f}" if txt else "-",
-        ))
-    errors = {f"{phase}.{k}": v["errors"] for phase in ("images", "text", "mixed")
-              for k, v in results[phase].items() if v["errors"]}
-    head = (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus; image source {args.image_source}, "
-            f"{args.image_size} JPEG, {args.images_per_request} per request, {args.image_clients} image clients, "
-            f"{args.text_clients} text clients, {args.duration:g} s per phase")
+        rows.append(
+            "| {} | {} | {} | {} | {} |".format(
+                phase,
+                f"{img['items_per_s']:.1f}" if img else "-",
+                f"{img['p50_ms']:.0f} / {img['p99_ms']:.0f}" if img else "-",
+                f"{txt['requests_per_s']:.1f}" if txt else "-",
+                f"{txt['p50_ms']:.1f} / {txt['p90_ms']:.1f} / {txt['p99_ms']:.1f}" if txt else "-",
+            )
+        )
+    errors = {
+        f"{phase}.{k}": v["errors"]
+        for phase in ("images", "text", "mixed")
+        for k, v in results[phase].items()
+        if v["errors"]
+    }
+    head = (
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus; image source {args.image_source}, "
+        f"{args.image_size} JPEG, {args.images_per_request} per request, {args.image_clients} image clients, "
+        f"{args.text_clients} text clients, {args.duration:g} s per phase"
+    )
     return head + "\n\n" + "\n".join(rows) + (f"\n\nerrors: {errors}" if errors else "")
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--url", default="http://127.0.0.1:30000", help="base URL of a running GME server")
     p.add_argument("--launch", action="store_true", help="start a server for the run (see --model-path)")
     p.add_argument("--model-path", default=None, help="with --launch: checkpoint (default: a tiny random GME)")
-    p.add_argument("--tiny-max-pixels", type=int, default=28 * 28 * 64,
-                   help="with --launch and no --model-path: the tiny checkpoint's max_pixels (64 tokens/image)")
+    p.add_argument(
+        "--tiny-max-pixels",
+        type=int,
+        default=28 * 28 * 64,
+        help="with --launch and no --model-path: the tiny checkpoint's max_pixels (64 tokens/image)",
+    )
     p.add_argument("--server-args", default="", help="with --launch: extra server flags")
     p.add_argument("--launch-timeout", type=float, default=300.0)
-    p.add_argument("--image-source", choices=["data", "url", "slow-url"], default="data",
-                   help="data URIs in the body, URLs of a local HTTP server, or URLs that answer after --slow-seconds")
+    p.add_argument(
+        "--image-source",
+        choices=["data", "url", "slow-url"],
+        default="data",
+        help="data URIs in the body, URLs of a local HTTP server, or URLs that answer after --slow-seconds",
+    )
     p.add_argument("--slow-seconds", type=float, default=0.5)
     p.add_argument("--image-size", default="640x480")
     p.add_argument("--distinct-images", type=int, default=16)
@@ -198,7 +230,9 @@ def main(argv: Optional[list[str]] = None) -> None:
             model = build_tiny_gme(tmp, max_pixels=args.tiny_max_pixels)
         launch = argparse.Namespace(
             server_args=f"--model-path {model} --is-embedding --chat-template gme-qwen2-vl {args.server_args}",
-            no_auto_truncate=True, launch_timeout=args.launch_timeout)
+            no_auto_truncate=True,
+            launch_timeout=args.launch_timeout,
+        )
         with launched_server(launch) as base:
             results = asyncio.run(main_async(args, base))
     else:

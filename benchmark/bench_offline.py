@@ -64,7 +64,7 @@ def engine_pass(engine: Any, texts: list[str], batch: Optional[int]) -> Pass:
     step = batch or len(texts)
 
     def run() -> tuple[Any, int]:
-        out = [r for i in range(0, len(texts), step) for r in engine.encode(texts[i:i + step])]
+        out = [r for i in range(0, len(texts), step) for r in engine.encode(texts[i : i + step])]
         return [r["embedding"] for r in out], sum(r["meta_info"]["prompt_tokens"] for r in out)
 
     return run
@@ -87,22 +87,32 @@ def min_cosine(a: Any, b: Any) -> float:
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--model-path", default=None, help="model directory (default: the bundled all-MiniLM-L6-v2)")
     p.add_argument("--dataset", default=DEFAULT_TEXTS, help="JSON list of texts")
     p.add_argument("--max-words", type=int, default=None, help="drop texts longer than this many words")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="our engine's dtype")
-    p.add_argument("--st-dtype", default="float32", choices=["float32", "bfloat16"],
-                   help="bfloat16 adds an ST side in bf16 (ST float32 always runs as the reference)")
+    p.add_argument(
+        "--st-dtype",
+        default="float32",
+        choices=["float32", "bfloat16"],
+        help="bfloat16 adds an ST side in bf16 (ST float32 always runs as the reference)",
+    )
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="device of both sides")
-    p.add_argument("--batch-size", default="all,32",
-                   help="comma-separated texts per Engine.encode call; 'all' = one pass per call")
+    p.add_argument(
+        "--batch-size", default="all,32", help="comma-separated texts per Engine.encode call; 'all' = one pass per call"
+    )
     p.add_argument("--max-batch-size", type=int, default=None, help="passed to Engine (inputs per forward)")
     p.add_argument("--max-num-tokens", type=int, default=None, help="passed to Engine (tokens per forward)")
     p.add_argument("--cpu-threads", type=int, default=None, help="passed to Engine (default: all cores)")
-    p.add_argument("--repeat", type=int, default=None,
-                   help="passes over the corpus per side per round (default: ST takes ~--target-seconds)")
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=None,
+        help="passes over the corpus per side per round (default: ST takes ~--target-seconds)",
+    )
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians are reported")
     p.add_argument("--target-seconds", type=float, default=25.0, help="total ST time the default --repeat aims at")
     p.add_argument("--output-json", default=None, help="write the results, machine and command here")
@@ -128,25 +138,42 @@ def build_sides(args: argparse.Namespace, texts: list[str], engine: Any) -> tupl
         st_bf16 = copy.deepcopy(st).to(torch.bfloat16)
         sides.append(Side("sentence-transformers", "bfloat16", "32", st_pass(st_bf16, texts, st_tokens), is_st=True))
     for b in args.batch_sizes:
-        sides.append(Side("sglang.Engine", args.dtype, str(b or f"all ({len(texts)})"),
-                          engine_pass(engine, texts, b)))
-    threads = {"st_device": str(st.device), "st_torch_threads": torch.get_num_threads(),
-               "st_max_seq_length": st.max_seq_length, "engine_cpu_threads": engine.server_args.cpu_threads}
+        sides.append(Side("sglang.Engine", args.dtype, str(b or f"all ({len(texts)})"), engine_pass(engine, texts, b)))
+    threads = {
+        "st_device": str(st.device),
+        "st_torch_threads": torch.get_num_threads(),
+        "st_max_seq_length": st.max_seq_length,
+        "engine_cpu_threads": engine.server_args.cpu_threads,
+    }
     return sides, threads
 
 
 def print_table(sides: list[Side]) -> list[dict[str, Any]]:
     refs = [s for s in sides if s.is_st]
-    heads = ["side", "dtype", "texts/call", "texts/s", "tokens/s"] + [f"x ST {r.dtype}" for r in refs] + ["per round texts/s"]
+    heads = (
+        ["side", "dtype", "texts/call", "texts/s", "tokens/s"]
+        + [f"x ST {r.dtype}" for r in refs]
+        + ["per round texts/s"]
+    )
     rows, cells = [], []
     for s in sides:
         tps, tok = s.median("texts"), s.median("tokens")
         ratios = {f"vs_st_{r.dtype}": tps / r.median("texts") for r in refs}
-        rows.append({"side": s.name, "dtype": s.dtype, "texts_per_call": s.per_call, "texts_per_s": tps,
-                     "tokens_per_s": tok, **ratios, "rounds": s.rounds})
+        rows.append(
+            {
+                "side": s.name,
+                "dtype": s.dtype,
+                "texts_per_call": s.per_call,
+                "texts_per_s": tps,
+                "tokens_per_s": tok,
+                **ratios,
+                "rounds": s.rounds,
+            }
+        )
         per_round = " ".join(f"{r['texts'] / r['seconds']:.1f}" for r in s.rounds)
-        cells.append([s.name, s.dtype, s.per_call, f"{tps:.1f}", f"{tok:.0f}",
-                      *(f"{v:.2f}" for v in ratios.values()), per_round])
+        cells.append(
+            [s.name, s.dtype, s.per_call, f"{tps:.1f}", f"{tok:.0f}", *(f"{v:.2f}" for v in ratios.values()), per_round]
+        )
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
     for line in [heads, *cells]:
         print("  ".join(x.ljust(w) if i < 3 else x.rjust(w) for i, (x, w) in enumerate(zip(line, widths))))
@@ -158,19 +185,29 @@ def main(argv: Optional[list[str]] = None) -> None:
     texts = load_texts(args.dataset, args.max_words)
     import sglang
 
-    kwargs = {"max_batch_size": args.max_batch_size, "max_num_tokens": args.max_num_tokens,
-              "cpu_threads": args.cpu_threads}
+    kwargs = {
+        "max_batch_size": args.max_batch_size,
+        "max_num_tokens": args.max_num_tokens,
+        "cpu_threads": args.cpu_threads,
+    }
     print("starting sglang.Engine with allow_auto_truncate=True (texts over the model's limit are cut)")
-    engine = sglang.Engine(model_path=args.model_path, dtype=args.dtype, device=args.device,
-                           allow_auto_truncate=True, log_level="warning",
-                           **{k: v for k, v in kwargs.items() if v is not None})
+    engine = sglang.Engine(
+        model_path=args.model_path,
+        dtype=args.dtype,
+        device=args.device,
+        allow_auto_truncate=True,
+        log_level="warning",
+        **{k: v for k, v in kwargs.items() if v is not None},
+    )
     try:
         sides, threads = build_sides(args, texts, engine)
         machine = machine_info()
-        print(f"machine: {machine['cpu']}, {machine['cores']} cores {' '.join(machine.get('gpus', []))}\n"
-              f"ST: device {threads['st_device']}, torch.get_num_threads()={threads['st_torch_threads']} "
-              f"(this process); Engine: --cpu-threads {threads['engine_cpu_threads'] or 'default (all cores)'} "
-              f"(its scheduler process)\n{len(texts)} texts from {args.dataset}")
+        print(
+            f"machine: {machine['cpu']}, {machine['cores']} cores {' '.join(machine.get('gpus', []))}\n"
+            f"ST: device {threads['st_device']}, torch.get_num_threads()={threads['st_torch_threads']} "
+            f"(this process); Engine: --cpu-threads {threads['engine_cpu_threads'] or 'default (all cores)'} "
+            f"(its scheduler process)\n{len(texts)} texts from {args.dataset}"
+        )
 
         for s in sides:  # warm-up pass; it also sizes --repeat and gives the agreement check
             t0 = time.perf_counter()
@@ -194,9 +231,19 @@ def main(argv: Optional[list[str]] = None) -> None:
     if args.output_json:
         config = {k: v for k, v in vars(args).items() if k != "batch_sizes"}
         with open(args.output_json, "w") as f:
-            json.dump({"command": shlex.join([sys.executable, *sys.argv]), "machine": machine, "config": config,
-                       "repeat": repeat, "threads": threads, "min_cosine_vs_st_fp32": agreement,
-                       "sides": rows}, f, indent=2)
+            json.dump(
+                {
+                    "command": shlex.join([sys.executable, *sys.argv]),
+                    "machine": machine,
+                    "config": config,
+                    "repeat": repeat,
+                    "threads": threads,
+                    "min_cosine_vs_st_fp32": agreement,
+                    "sides": rows,
+                },
+                f,
+                indent=2,
+            )
         print(f"wrote {args.output_json}")
 
 

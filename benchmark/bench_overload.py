@@ -40,8 +40,10 @@ from typing import Optional
 
 import numpy as np
 
-TEXTS = [f"request {i}: a short sentence about {w} for the overload test"
-         for i, w in enumerate(["rivers", "mountains", "music", "cities", "oceans", "forests", "deserts", "stars"] * 4)]
+TEXTS = [
+    f"request {i}: a short sentence about {w} for the overload test"
+    for i, w in enumerate(["rivers", "mountains", "music", "cities", "oceans", "forests", "deserts", "stars"] * 4)
+]
 
 
 def percentile(xs: list[float], q: float) -> float:
@@ -59,8 +61,12 @@ class Conn:
     async def post(self, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        head = [f"POST {path} HTTP/1.1", f"Host: {self.host}:{self.port}", "Content-Type: application/json",
-                f"Content-Length: {len(body)}"] + [f"{k}: {v}" for k, v in headers.items()]
+        head = [
+            f"POST {path} HTTP/1.1",
+            f"Host: {self.host}:{self.port}",
+            "Content-Type: application/json",
+            f"Content-Length: {len(body)}",
+        ] + [f"{k}: {v}" for k, v in headers.items()]
         self.writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
         await self.writer.drain()
         status = int((await self.reader.readline()).split()[1])
@@ -144,8 +150,9 @@ async def unloaded(host: str, port: int, n: int) -> tuple[list[float], list[floa
     return lat, server_total, refs
 
 
-async def overload(host: str, port: int, clients: int, duration: float, backoff: float,
-                   refs: dict[str, np.ndarray], pids: list[int]) -> dict:
+async def overload(
+    host: str, port: int, clients: int, duration: float, backoff: float, refs: dict[str, np.ndarray], pids: list[int]
+) -> dict:
     sent: list[str] = []
     answers: Counter = Counter()
     statuses: Counter = Counter()
@@ -176,8 +183,9 @@ async def overload(host: str, port: int, clients: int, duration: float, backoff:
                 problems.append(f"{rid}: answered as {hdrs.get('x-request-id')}")
             if status == 200:
                 accepted.append(time.perf_counter() - t0)
-                server_ms.append(tuple(float(hdrs.get(h, "nan")) for h in ("x-queue-time", "x-inference-time",
-                                                                             "x-total-time")))
+                server_ms.append(
+                    tuple(float(hdrs.get(h, "nan")) for h in ("x-queue-time", "x-inference-time", "x-total-time"))
+                )
                 if not np.allclose(_vector(body), refs[text], atol=1e-5):
                     problems.append(f"{rid}: wrong vector")
             elif status == 429 and backoff > 0:
@@ -193,10 +201,18 @@ async def overload(host: str, port: int, clients: int, duration: float, backoff:
     elapsed = time.monotonic() - start
     dup = [r for r, n in answers.items() if n > 1]
     lost = [r for r in sent if answers.get(r, 0) == 0]
-    return {"sent": len(sent), "statuses": dict(statuses), "accepted_latencies": accepted, "elapsed": elapsed,
-            "duplicated": dup, "lost": lost, "problems": problems, "rss": rss,
-            "server_ms_p50": [percentile([x[i] for x in server_ms], 50) for i in range(3)],
-            "server_ms_p99": [percentile([x[i] for x in server_ms], 99) for i in range(3)]}
+    return {
+        "sent": len(sent),
+        "statuses": dict(statuses),
+        "accepted_latencies": accepted,
+        "elapsed": elapsed,
+        "duplicated": dup,
+        "lost": lost,
+        "problems": problems,
+        "rss": rss,
+        "server_ms_p50": [percentile([x[i] for x in server_ms], 50) for i in range(3)],
+        "server_ms_p99": [percentile([x[i] for x in server_ms], 99) for i in range(3)],
+    }
 
 
 def rss_report(rss: list[tuple[float, dict[int, float]]], warmup: float, names: dict[int, str]) -> list[dict]:
@@ -207,8 +223,17 @@ def rss_report(rss: list[tuple[float, dict[int, float]]], warmup: float, names: 
         if not after:
             continue
         base = after[0]
-        rows.append({"pid": pid, "process": name, "start_mb": series[0][1], "after_warmup_mb": base,
-                     "max_after_warmup_mb": max(after), "end_mb": after[-1], "growth_mb": max(after) - base})
+        rows.append(
+            {
+                "pid": pid,
+                "process": name,
+                "start_mb": series[0][1],
+                "after_warmup_mb": base,
+                "max_after_warmup_mb": max(after),
+                "end_mb": after[-1],
+                "growth_mb": max(after) - base,
+            }
+        )
     return rows
 
 
@@ -217,8 +242,16 @@ def launch(args) -> tuple[subprocess.Popen, int, str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = tempfile.NamedTemporaryFile(prefix="bench-overload-", suffix=".log", delete=False).name
-    cmd = [sys.executable, "-m", "sglang.launch_server", "--port", str(port), "--max-queue-size",
-           str(args.max_queue_size), *args.server_args.split()]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sglang.launch_server",
+        "--port",
+        str(port),
+        "--max-queue-size",
+        str(args.max_queue_size),
+        *args.server_args.split(),
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
     deadline = time.monotonic() + 300
@@ -242,8 +275,12 @@ def main() -> int:
     p.add_argument("--backoff", type=float, default=0.05, help="Seconds a client waits after a 429 (0: none).")
     p.add_argument("--unloaded-requests", type=int, default=300)
     p.add_argument("--capacity-duration", type=float, default=10.0, help="Seconds of the at-capacity baseline.")
-    p.add_argument("--warmup", type=float, default=None, help="Seconds of overload before RSS must stay flat "
-                                                              "(default: a sixth of --duration).")
+    p.add_argument(
+        "--warmup",
+        type=float,
+        default=None,
+        help="Seconds of overload before RSS must stay flat (default: a sixth of --duration).",
+    )
     p.add_argument("--server-args", default="", help="Extra flags for the server.")
     p.add_argument("--output-json", default=None)
     args = p.parse_args()
@@ -256,8 +293,9 @@ def main() -> int:
         pids = _session_pids(proc.pid)
         names = _names(pids, proc.pid)
         base_lat, base_server_ms, refs = asyncio.run(unloaded("127.0.0.1", port, args.unloaded_requests))
-        cap = asyncio.run(overload("127.0.0.1", port, args.max_queue_size, args.capacity_duration, args.backoff,
-                                   refs, pids))
+        cap = asyncio.run(
+            overload("127.0.0.1", port, args.max_queue_size, args.capacity_duration, args.backoff, refs, pids)
+        )
         run = asyncio.run(overload("127.0.0.1", port, clients, args.duration, args.backoff, refs, pids))
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -271,37 +309,67 @@ def main() -> int:
     statuses = run["statuses"]
     mem = rss_report(run["rss"], warmup, names)
     summary = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-                    "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
-        "config": {"max_queue_size": args.max_queue_size, "clients": clients, "duration_s": args.duration,
-                   "backoff_s": args.backoff, "server_args": args.server_args, "warmup_s": warmup},
-        "unloaded": {"requests": len(base_lat), "p50_ms": percentile(base_lat, 50) * 1e3, "p99_ms": p99_base * 1e3,
-                     "server_total_p99_ms": percentile(base_server_ms, 99)},
-        "at_capacity": {"clients": args.max_queue_size, "requests": cap["sent"], "statuses": cap["statuses"],
-                        "req_per_s": cap["sent"] / cap["elapsed"],
-                        "p50_ms": percentile(cap["accepted_latencies"], 50) * 1e3,
-                        "p99_ms": percentile(cap["accepted_latencies"], 99) * 1e3},
-        "overload": {"requests": run["sent"], "req_per_s": run["sent"] / run["elapsed"], "statuses": statuses,
-                     "accepted_per_s": statuses.get(200, 0) / run["elapsed"],
-                     "accepted_p50_ms": percentile(run["accepted_latencies"], 50) * 1e3,
-                     "accepted_p99_ms": p99_acc * 1e3, "p99_ratio": p99_acc / p99_base,
-                     "p99_ratio_vs_capacity": p99_acc / percentile(cap["accepted_latencies"], 99),
-                     "server_side_p99_ratio": run["server_ms_p99"][2] / percentile(base_server_ms, 99),
-                     "server_queue_inference_total_ms_p50": run["server_ms_p50"],
-                     "server_queue_inference_total_ms_p99": run["server_ms_p99"]},
-        "correctness": {"lost": len(run["lost"]) + len(cap["lost"]),
-                        "duplicated": len(run["duplicated"]) + len(cap["duplicated"]),
-                        "problems": (cap["problems"] + run["problems"])[:20],
-                        "n_problems": len(run["problems"]) + len(cap["problems"])},
-        "rss": mem, "server_exit_code": exit_code, "server_log": log,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "loadavg_before": load_before,
+            "loadavg_after": os.getloadavg(),
+        },
+        "config": {
+            "max_queue_size": args.max_queue_size,
+            "clients": clients,
+            "duration_s": args.duration,
+            "backoff_s": args.backoff,
+            "server_args": args.server_args,
+            "warmup_s": warmup,
+        },
+        "unloaded": {
+            "requests": len(base_lat),
+            "p50_ms": percentile(base_lat, 50) * 1e3,
+            "p99_ms": p99_base * 1e3,
+            "server_total_p99_ms": percentile(base_server_ms, 99),
+        },
+        "at_capacity": {
+            "clients": args.max_queue_size,
+            "requests": cap["sent"],
+            "statuses": cap["statuses"],
+            "req_per_s": cap["sent"] / cap["elapsed"],
+            "p50_ms": percentile(cap["accepted_latencies"], 50) * 1e3,
+            "p99_ms": percentile(cap["accepted_latencies"], 99) * 1e3,
+        },
+        "overload": {
+            "requests": run["sent"],
+            "req_per_s": run["sent"] / run["elapsed"],
+            "statuses": statuses,
+            "accepted_per_s": statuses.get(200, 0) / run["elapsed"],
+            "accepted_p50_ms": percentile(run["accepted_latencies"], 50) * 1e3,
+            "accepted_p99_ms": p99_acc * 1e3,
+            "p99_ratio": p99_acc / p99_base,
+            "p99_ratio_vs_capacity": p99_acc / percentile(cap["accepted_latencies"], 99),
+            "server_side_p99_ratio": run["server_ms_p99"][2] / percentile(base_server_ms, 99),
+            "server_queue_inference_total_ms_p50": run["server_ms_p50"],
+            "server_queue_inference_total_ms_p99": run["server_ms_p99"],
+        },
+        "correctness": {
+            "lost": len(run["lost"]) + len(cap["lost"]),
+            "duplicated": len(run["duplicated"]) + len(cap["duplicated"]),
+            "problems": (cap["problems"] + run["problems"])[:20],
+            "n_problems": len(run["problems"]) + len(cap["problems"]),
+        },
+        "rss": mem,
+        "server_exit_code": exit_code,
+        "server_log": log,
     }
     checks = {
         "only 200/429": set(statuses) <= {200, 429},
-        "every id answered exactly once": all(not r["lost"] and not r["duplicated"] and not r["problems"]
-                                              for r in (cap, run)),
+        "every id answered exactly once": all(
+            not r["lost"] and not r["duplicated"] and not r["problems"] for r in (cap, run)
+        ),
         "accepted p99 <= 3x unloaded p99": p99_acc <= 3 * p99_base,
         "RSS flat after warm-up (< 5% and < 20 MB growth)": all(
-            r["growth_mb"] < min(20.0, 0.05 * r["after_warmup_mb"]) for r in mem),
+            r["growth_mb"] < min(20.0, 0.05 * r["after_warmup_mb"]) for r in mem
+        ),
         "SIGTERM exit 0": exit_code == 0,
     }
     summary["checks"] = checks
@@ -314,35 +382,51 @@ def main() -> int:
 
 def _print(s: dict) -> None:
     c, u, o = s["config"], s["unloaded"], s["overload"]
-    print(f"\nqueue {c['max_queue_size']}, {c['clients']} clients, {c['duration_s']:.0f} s, "
-          f"backoff after 429 {c['backoff_s'] * 1e3:.0f} ms, {s['machine']['cpus']} CPUs, load average "
-          f"{s['machine']['loadavg_before'][0]:.2f} before / {s['machine']['loadavg_after'][0]:.2f} after")
+    print(
+        f"\nqueue {c['max_queue_size']}, {c['clients']} clients, {c['duration_s']:.0f} s, "
+        f"backoff after 429 {c['backoff_s'] * 1e3:.0f} ms, {s['machine']['cpus']} CPUs, load average "
+        f"{s['machine']['loadavg_before'][0]:.2f} before / {s['machine']['loadavg_after'][0]:.2f} after"
+    )
     print("| phase | requests | req/s | 200 | 429 | other | p50 ms | p99 ms |")
     print("|---|---|---|---|---|---|---|---|")
-    print(f"| unloaded (1 client) | {u['requests']} | | {u['requests']} | 0 | 0 | {u['p50_ms']:.1f} | {u['p99_ms']:.1f} |")
+    print(
+        f"| unloaded (1 client) | {u['requests']} | | {u['requests']} | 0 | 0 | {u['p50_ms']:.1f} | {u['p99_ms']:.1f} |"
+    )
     a = s["at_capacity"]
     ast = a["statuses"]
-    print(f"| at capacity ({a['clients']} clients) | {a['requests']} | {a['req_per_s']:.0f} | {ast.get(200, 0)} | "
-          f"{ast.get(429, 0)} | {sum(v for k, v in ast.items() if k not in (200, 429))} | {a['p50_ms']:.1f} "
-          f"| {a['p99_ms']:.1f} |")
+    print(
+        f"| at capacity ({a['clients']} clients) | {a['requests']} | {a['req_per_s']:.0f} | {ast.get(200, 0)} | "
+        f"{ast.get(429, 0)} | {sum(v for k, v in ast.items() if k not in (200, 429))} | {a['p50_ms']:.1f} "
+        f"| {a['p99_ms']:.1f} |"
+    )
     st = o["statuses"]
     other = sum(v for k, v in st.items() if k not in (200, 429))
-    print(f"| overload ({c['clients']} clients) | {o['requests']} | {o['req_per_s']:.0f} | {st.get(200, 0)} | "
-          f"{st.get(429, 0)} | {other} | {o['accepted_p50_ms']:.1f} | {o['accepted_p99_ms']:.1f} |")
+    print(
+        f"| overload ({c['clients']} clients) | {o['requests']} | {o['req_per_s']:.0f} | {st.get(200, 0)} | "
+        f"{st.get(429, 0)} | {other} | {o['accepted_p50_ms']:.1f} | {o['accepted_p99_ms']:.1f} |"
+    )
     q50, i50, t50 = o["server_queue_inference_total_ms_p50"]
     q99, i99, t99 = o["server_queue_inference_total_ms_p99"]
-    print(f"\naccepted, as the server timed them (x-queue/inference/total-time): p50 {q50:.1f} / {i50:.1f} / "
-          f"{t50:.1f} ms, p99 {q99:.1f} / {i99:.1f} / {t99:.1f} ms")
-    print(f"server-side (x-total-time) p99: unloaded {u['server_total_p99_ms']:.1f} ms, overload {t99:.1f} ms, "
-          f"ratio {o['server_side_p99_ratio']:.2f}")
-    print(f"accepted p99 / unloaded p99 = {o['p99_ratio']:.2f}, / at-capacity p99 = {o['p99_ratio_vs_capacity']:.2f}; "
-          f"lost {s['correctness']['lost']}, duplicated {s['correctness']['duplicated']}, "
-          f"other problems {s['correctness']['n_problems']}")
+    print(
+        f"\naccepted, as the server timed them (x-queue/inference/total-time): p50 {q50:.1f} / {i50:.1f} / "
+        f"{t50:.1f} ms, p99 {q99:.1f} / {i99:.1f} / {t99:.1f} ms"
+    )
+    print(
+        f"server-side (x-total-time) p99: unloaded {u['server_total_p99_ms']:.1f} ms, overload {t99:.1f} ms, "
+        f"ratio {o['server_side_p99_ratio']:.2f}"
+    )
+    print(
+        f"accepted p99 / unloaded p99 = {o['p99_ratio']:.2f}, / at-capacity p99 = {o['p99_ratio_vs_capacity']:.2f}; "
+        f"lost {s['correctness']['lost']}, duplicated {s['correctness']['duplicated']}, "
+        f"other problems {s['correctness']['n_problems']}"
+    )
     print("\n| process | RSS at start MB | after warm-up MB | max after warm-up MB | end MB | growth MB |")
     print("|---|---|---|---|---|---|")
     for r in s["rss"]:
-        print(f"| {r['process']} ({r['pid']}) | {r['start_mb']:.0f} | {r['after_warmup_mb']:.1f} | "
-              f"{r['max_after_warmup_mb']:.1f} | {r['end_mb']:.1f} | {r['growth_mb']:+.1f} |")
+        print(
+            f"| {r['process']} ({r['pid']}) | {r['start_mb']:.0f} | {r['after_warmup_mb']:.1f} | "
+            f"{r['max_after_warmup_mb']:.1f} | {r['end_mb']:.1f} | {r['growth_mb']:+.1f} |"
+        )
     print(f"\nserver exit code after SIGTERM: {s['server_exit_code']}")
     for name, ok in s["checks"].items():
         print(f"{'PASS' if ok else 'FAIL'}  {name}")

@@ -85,8 +85,9 @@ def machine_info() -> dict[str, Any]:
         cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
     info: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform()}
     if shutil.which("nvidia-smi"):
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
+        )
         info["gpus"] = [g.strip() for g in out.stdout.splitlines() if g.strip()]
     return info
 
@@ -102,7 +103,9 @@ def load_texts(path: str, max_words: Optional[int]) -> list[str]:
     return texts
 
 
-def make_poster(url: str, pool: int, timeout: float, kind: str = "lean") -> tuple[Post, Callable[[], Awaitable[None]], str]:
+def make_poster(
+    url: str, pool: int, timeout: float, kind: str = "lean"
+) -> tuple[Post, Callable[[], Awaitable[None]], str]:
     """An async `post(payload) -> (status, body)` over `pool` keep-alive connections, its close(), a name."""
     if kind == "lean":
         from http_client import LeanPoster  # benchmark/, on sys.path when run as a script
@@ -110,8 +113,12 @@ def make_poster(url: str, pool: int, timeout: float, kind: str = "lean") -> tupl
         poster = LeanPoster(url, pool, timeout)
         return poster.post, poster.close, "lean (asyncio + httptools)"
     if httpx is not None:
-        client = httpx.AsyncClient(http1=True, http2=False, timeout=timeout,
-                                   limits=httpx.Limits(max_connections=pool, max_keepalive_connections=pool))
+        client = httpx.AsyncClient(
+            http1=True,
+            http2=False,
+            timeout=timeout,
+            limits=httpx.Limits(max_connections=pool, max_keepalive_connections=pool),
+        )
 
         async def post(payload: dict) -> tuple[Any, Optional[dict]]:
             try:
@@ -126,8 +133,9 @@ def make_poster(url: str, pool: int, timeout: float, kind: str = "lean") -> tupl
 
         return post, client.aclose, f"{httpx.__name__} {httpx.__version__}"
 
-    import requests  # fallback: blocking requests in a thread pool sized to the concurrency
     from concurrent.futures import ThreadPoolExecutor
+
+    import requests  # fallback: blocking requests in a thread pool sized to the concurrency
 
     session, executor = requests.Session(), ThreadPoolExecutor(max_workers=pool)
     session.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=pool))
@@ -234,8 +242,13 @@ class Runner:
                 if warm.errors:
                     print(f"warmup errors: {warm.errors}", file=sys.stderr)
             for level in levels:
-                with tqdm(total=self.args.num_requests, desc=level.label, unit="req", leave=False,
-                          disable=self.args.no_progress) as self.bar:
+                with tqdm(
+                    total=self.args.num_requests,
+                    desc=level.label,
+                    unit="req",
+                    leave=False,
+                    disable=self.args.no_progress,
+                ) as self.bar:
                     await (self.closed_loop if level.concurrency else self.open_loop)(level, self.args.num_requests)
                 row = summarize(level)
                 print(f"{level.label}: {row['texts_per_s']:.1f} texts/s, p50 {row['p50_ms']:.1f} ms", file=sys.stderr)
@@ -248,10 +261,19 @@ class Runner:
 def summarize(level: Level) -> dict[str, Any]:
     ok, el, ms = len(level.latencies), max(level.elapsed, 1e-9), [x * 1000 for x in level.latencies]
     return {
-        "label": level.label, "concurrency": level.concurrency, "request_rate": level.rate,
-        "requests": level.sent, "ok": ok, "capped_arrivals": level.capped, "elapsed_s": round(el, 3),
-        "requests_per_s": ok / el, "texts_per_s": level.texts / el, "tokens_per_s": level.tokens / el,
-        "p50_ms": percentile(ms, 50), "p90_ms": percentile(ms, 90), "p99_ms": percentile(ms, 99),
+        "label": level.label,
+        "concurrency": level.concurrency,
+        "request_rate": level.rate,
+        "requests": level.sent,
+        "ok": ok,
+        "capped_arrivals": level.capped,
+        "elapsed_s": round(el, 3),
+        "requests_per_s": ok / el,
+        "texts_per_s": level.texts / el,
+        "tokens_per_s": level.tokens / el,
+        "p50_ms": percentile(ms, 50),
+        "p90_ms": percentile(ms, 90),
+        "p99_ms": percentile(ms, 99),
         "mean_ms": sum(ms) / ok if ok else float("nan"),
         "errors_429": level.errors.get("429", 0),
         "errors_5xx": sum(v for k, v in level.errors.items() if k.startswith("5xx")),
@@ -260,14 +282,24 @@ def summarize(level: Level) -> dict[str, Any]:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    cols = [("level", "label", "{}"), ("reqs", "requests", "{}"), ("ok", "ok", "{}"),
-            ("texts/s", "texts_per_s", "{:.1f}"), ("tokens/s", "tokens_per_s", "{:.0f}"),
-            ("p50 ms", "p50_ms", "{:.1f}"), ("p90 ms", "p90_ms", "{:.1f}"), ("p99 ms", "p99_ms", "{:.1f}"),
-            ("429", "errors_429", "{}"), ("5xx", "errors_5xx", "{}")]
+    cols = [
+        ("level", "label", "{}"),
+        ("reqs", "requests", "{}"),
+        ("ok", "ok", "{}"),
+        ("texts/s", "texts_per_s", "{:.1f}"),
+        ("tokens/s", "tokens_per_s", "{:.0f}"),
+        ("p50 ms", "p50_ms", "{:.1f}"),
+        ("p90 ms", "p90_ms", "{:.1f}"),
+        ("p99 ms", "p99_ms", "{:.1f}"),
+        ("429", "errors_429", "{}"),
+        ("5xx", "errors_5xx", "{}"),
+    ]
     heads = [c[0] for c in cols] + ["other errors"]
-    cells = [[fmt.format(r[key]) for _, key, fmt in cols]
-             + [", ".join(f"{k}:{v}" for k, v in r["errors"].items() if k != "429" and k[:3] != "5xx") or "-"]
-             for r in rows]
+    cells = [
+        [fmt.format(r[key]) for _, key, fmt in cols]
+        + [", ".join(f"{k}:{v}" for k, v in r["errors"].items() if k != "429" and k[:3] != "5xx") or "-"]
+        for r in rows
+    ]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(heads)]
     for line in [heads, *cells]:
         print("  ".join(x.rjust(w) for x, w in zip(line, widths)))
@@ -276,6 +308,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 def plot(rows: list[dict[str, Any]], path: str, title: str) -> None:
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -286,8 +319,7 @@ def plot(rows: list[dict[str, Any]], path: str, title: str) -> None:
     for key, style in (("p50_ms", "o-"), ("p99_ms", "s--")):
         ax.plot(x, [r[key] for r in rows], style, label=key[:3])
     for r in rows:
-        ax.annotate(r["label"], (r["texts_per_s"], r["p99_ms"]), fontsize=8, textcoords="offset points",
-                    xytext=(4, 4))
+        ax.annotate(r["label"], (r["texts_per_s"], r["p99_ms"]), fontsize=8, textcoords="offset points", xytext=(4, 4))
     ax.set(xlabel="throughput (texts/s)", ylabel="latency (ms)", title=title, yscale="log")
     ax.grid(True, alpha=0.3)
     ax.legend()
@@ -353,16 +385,21 @@ def launched_server(args: argparse.Namespace) -> Iterator[str]:
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--url", default="http://127.0.0.1:30000", help="base URL (or the full .../v1/embeddings)")
     p.add_argument("--model", default=None, help="model name to send (default: first id of GET /v1/models)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--concurrency", default="1,8,64", help="closed loop: comma-separated client counts")
     g.add_argument("--request-rate", default=None, help="open loop: comma-separated requests/s (Poisson)")
     p.add_argument("--max-outstanding", type=int, default=256, help="open loop: cap on requests in flight")
-    p.add_argument("--num-requests", type=int, default=None,
-                   help="requests per level (default 200 without --duration; with both, whichever ends first)")
+    p.add_argument(
+        "--num-requests",
+        type=int,
+        default=None,
+        help="requests per level (default 200 without --duration; with both, whichever ends first)",
+    )
     p.add_argument("--duration", type=float, default=None, help="seconds per level")
     p.add_argument("--warmup", type=int, default=16, help="requests sent and discarded before the first level")
     p.add_argument("--texts-per-request", type=int, default=1, help="texts in each request's input")
@@ -374,12 +411,19 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--output-json", default=None, help="write all levels, the machine and the command here")
     p.add_argument("--plot", default=None, help="PNG of p50/p99 latency vs throughput (needs matplotlib)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--client", default=CLIENTS[0], choices=CLIENTS,
-                   help="lean: asyncio + httptools on uvloop (least CPU); httpx: the general-purpose client")
+    p.add_argument(
+        "--client",
+        default=CLIENTS[0],
+        choices=CLIENTS,
+        help="lean: asyncio + httptools on uvloop (least CPU); httpx: the general-purpose client",
+    )
     p.add_argument("--launch", action="store_true", help="start our server on a free port; stop it at the end")
     p.add_argument("--server-args", default="", help='extra flags for the launched server, e.g. "--dtype bfloat16"')
-    p.add_argument("--no-auto-truncate", action="store_true",
-                   help="do not give the launched server --allow-auto-truncate (long texts then get 400)")
+    p.add_argument(
+        "--no-auto-truncate",
+        action="store_true",
+        help="do not give the launched server --allow-auto-truncate (long texts then get 400)",
+    )
     p.add_argument("--launch-timeout", type=float, default=600.0, help="seconds to wait for /health")
     args = p.parse_args(argv)
     if args.num_requests is None and args.duration is None:
@@ -424,13 +468,18 @@ def main(argv: Optional[list[str]] = None) -> None:
     with launched_server(args) if args.launch else contextlib.nullcontext(args.url) as base:
         base = base.rstrip("/").removesuffix("/v1/embeddings")
         args.endpoint = base + "/v1/embeddings"
-        note = ("our server, launched with --allow-auto-truncate" if args.launch and not args.no_auto_truncate
-                else "texts sent as is (no client-side truncation)")
+        note = (
+            "our server, launched with --allow-auto-truncate"
+            if args.launch and not args.no_auto_truncate
+            else "texts sent as is (no client-side truncation)"
+        )
         model = args.model or discover_model(base)
         machine = machine_info()
-        print(f"{args.endpoint}  model={model}  {len(texts)} texts from {args.dataset}, "
-              f"{args.texts_per_request}/request\n{note}\n"
-              f"machine: {machine['cpu']}, {machine['cores']} cores {' '.join(machine.get('gpus', []))}")
+        print(
+            f"{args.endpoint}  model={model}  {len(texts)} texts from {args.dataset}, "
+            f"{args.texts_per_request}/request\n{note}\n"
+            f"machine: {machine['cpu']}, {machine['cores']} cores {' '.join(machine.get('gpus', []))}"
+        )
         client = run_event_loop(Runner(args, texts, model).run(levels, args.pool), args.client == "lean")
     rows = [summarize(lv) for lv in levels]
     print(f"\nclient: {client}")
@@ -438,9 +487,20 @@ def main(argv: Optional[list[str]] = None) -> None:
     if args.output_json:
         config = {k: v for k, v in vars(args).items() if k not in ("endpoint", "levels", "pool")}
         with open(args.output_json, "w") as f:
-            json.dump({"command": shlex.join([sys.executable, *sys.argv]), "machine": machine,
-                       "url": args.endpoint, "model": model, "client": client, "note": note,
-                       "config": config, "levels": rows}, f, indent=2)
+            json.dump(
+                {
+                    "command": shlex.join([sys.executable, *sys.argv]),
+                    "machine": machine,
+                    "url": args.endpoint,
+                    "model": model,
+                    "client": client,
+                    "note": note,
+                    "config": config,
+                    "levels": rows,
+                },
+                f,
+                indent=2,
+            )
         print(f"wrote {args.output_json}")
     if args.plot:
         plot(rows, args.plot, f"{model} @ {base}, {args.texts_per_request} text(s)/request")

@@ -49,8 +49,10 @@ class LeanPoster:
         self.timeout = timeout
         self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
         self.slots = asyncio.Semaphore(pool)
-        self.head = (f"POST {self.path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
-                     "Content-Type: application/json\r\nAccept: application/json\r\nContent-Length: ").encode()
+        self.head = (
+            f"POST {self.path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+            "Content-Type: application/json\r\nAccept: application/json\r\nContent-Length: "
+        ).encode()
 
     async def _exchange(self, conn, request: bytes) -> tuple[int, bytes, bool]:
         reader, writer = conn

@@ -112,7 +112,7 @@ def find_cycle(graph: dict[str, set[str]]) -> Optional[list[str]]:
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state:
                 found = visit(nxt)
                 if found:
@@ -142,8 +142,9 @@ def test_imports_point_down():
     for module, targets in sorted(GRAPH.items()):
         for target in sorted(targets):
             if layer_of(target) < layer_of(module):
-                upward.append(f"{module} ({LAYERS[layer_of(module)][0]}) imports {target} "
-                              f"({LAYERS[layer_of(target)][0]})")
+                upward.append(
+                    f"{module} ({LAYERS[layer_of(module)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})"
+                )
     assert not upward, "imports from a lower layer up to a higher one:\n" + "\n".join(upward)
 
 
@@ -152,10 +153,13 @@ def test_no_import_circles():
     assert cycle is None, "import circle: " + " -> ".join(cycle or [])
 
 
-@pytest.mark.parametrize("source, message", [
-    ("from sglang.srt.entrypoints.engine import Engine\n", "imports sglang.srt.entrypoints.engine"),
-    ("def f():\n    from sglang.srt.managers import io_struct\n", "imports sglang.srt.managers.io_struct"),
-])
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        ("from sglang.srt.entrypoints.engine import Engine\n", "imports sglang.srt.entrypoints.engine"),
+        ("def f():\n    from sglang.srt.managers import io_struct\n", "imports sglang.srt.managers.io_struct"),
+    ],
+)
 def test_the_check_catches_a_back_pointing_import(tmp_path, source, message):
     path = tmp_path / "bad.py"
     path.write_text(source)
@@ -167,8 +171,10 @@ def test_the_check_catches_a_back_pointing_import(tmp_path, source, message):
 
 def test_type_checking_imports_may_point_anywhere(tmp_path):
     path = tmp_path / "hints.py"
-    path.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                    "    from sglang.srt.model_executor.forward_batch import ForwardBatch\n")
+    path.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from sglang.srt.model_executor.forward_batch import ForwardBatch\n"
+    )
     assert runtime_imports("sglang.srt.layers.hints", str(path), set(GRAPH)) == set()
 
 

@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from sglang.srt.server_args import ServerArgs
 from sglang.srt.errors import ConfigError
+from sglang.srt.server_args import ServerArgs
 
 
 def build_serve_parser(prog: str = "sglang serve") -> argparse.ArgumentParser:

@@ -18,7 +18,9 @@ def _response(status: int, body: bytes, extra: str = "", chunked: bool = False) 
     if chunked:
         mid = len(body) // 2
         parts = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in (body[:mid], body[mid:]) if p)
-        return (f"HTTP/1.1 {status} {reason}\r\nTransfer-Encoding: chunked\r\n{extra}\r\n").encode() + parts + b"0\r\n\r\n"
+        return (
+            (f"HTTP/1.1 {status} {reason}\r\nTransfer-Encoding: chunked\r\n{extra}\r\n").encode() + parts + b"0\r\n\r\n"
+        )
     return (f"HTTP/1.1 {status} {reason}\r\nContent-Length: {len(body)}\r\n{extra}\r\n").encode() + body
 
 
@@ -27,7 +29,9 @@ async def _serve(reader, writer, stats):
     try:
         while True:
             head = await reader.readuntil(b"\r\n\r\n")
-            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+            length = next(
+                int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+            )
             mode = json.loads(await reader.readexactly(length))["mode"]
             stats["modes"].append(mode)
             if mode == "hang":
@@ -39,8 +43,9 @@ async def _serve(reader, writer, stats):
             if mode == "busy":
                 writer.write(_response(429, b'{"error": {}}'))
             else:
-                writer.write(_response(200, body, "Connection: close\r\n" if mode == "close" else "",
-                                       chunked=mode == "chunked"))
+                writer.write(
+                    _response(200, body, "Connection: close\r\n" if mode == "close" else "", chunked=mode == "chunked")
+                )
             await writer.drain()
             if mode == "close":
                 writer.close()

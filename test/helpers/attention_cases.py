@@ -25,9 +25,9 @@ def reference_attention(q, k, v, seq_lens, heads, kv_heads, head_dim, causal, wi
     """One sequence at a time, in float64, with an explicit allowed[i, j] matrix."""
     out, start = [], 0
     for n in seq_lens:
-        qs = q[start:start + n].double().view(n, heads, head_dim).transpose(0, 1)
-        ks = k[start:start + n].double().view(n, kv_heads, head_dim).transpose(0, 1)
-        vs = v[start:start + n].double().view(n, kv_heads, head_dim).transpose(0, 1)
+        qs = q[start : start + n].double().view(n, heads, head_dim).transpose(0, 1)
+        ks = k[start : start + n].double().view(n, kv_heads, head_dim).transpose(0, 1)
+        vs = v[start : start + n].double().view(n, kv_heads, head_dim).transpose(0, 1)
         ks = ks.repeat_interleave(heads // kv_heads, 0)
         vs = vs.repeat_interleave(heads // kv_heads, 0)
         allowed = torch.ones(n, n, dtype=torch.bool)

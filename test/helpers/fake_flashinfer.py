@@ -24,7 +24,7 @@ def _pack_segments(mask: torch.Tensor, bit_indptr: torch.Tensor) -> tuple[torch.
     packed, byte_indptr = [], [0]
     weights = torch.tensor([1 << i for i in range(8)], dtype=torch.int32)
     for b in range(len(bit_indptr) - 1):
-        seg = mask[int(bit_indptr[b]): int(bit_indptr[b + 1])].to("cpu", torch.int32)
+        seg = mask[int(bit_indptr[b]) : int(bit_indptr[b + 1])].to("cpu", torch.int32)
         seg = torch.nn.functional.pad(seg, (0, (-seg.numel()) % 8))
         packed.append((seg.view(-1, 8) * weights).sum(1).to(torch.uint8))
         byte_indptr.append(byte_indptr[-1] + packed[-1].numel())
@@ -32,10 +32,19 @@ def _pack_segments(mask: torch.Tensor, bit_indptr: torch.Tensor) -> tuple[torch.
 
 
 class BatchPrefillWithRaggedKVCacheWrapper:
-    def __init__(self, float_workspace_buffer: torch.Tensor, kv_layout: str = "NHD", use_cuda_graph: bool = False,
-                 qo_indptr_buf: Optional[torch.Tensor] = None, kv_indptr_buf: Optional[torch.Tensor] = None,
-                 custom_mask_buf: Optional[torch.Tensor] = None, mask_indptr_buf: Optional[torch.Tensor] = None,
-                 backend: str = "auto", jit_args=None, jit_kwargs=None) -> None:
+    def __init__(
+        self,
+        float_workspace_buffer: torch.Tensor,
+        kv_layout: str = "NHD",
+        use_cuda_graph: bool = False,
+        qo_indptr_buf: Optional[torch.Tensor] = None,
+        kv_indptr_buf: Optional[torch.Tensor] = None,
+        custom_mask_buf: Optional[torch.Tensor] = None,
+        mask_indptr_buf: Optional[torch.Tensor] = None,
+        backend: str = "auto",
+        jit_args=None,
+        jit_kwargs=None,
+    ) -> None:
         assert kv_layout == "NHD"
         self.float_workspace = float_workspace_buffer
         self.int_workspace = torch.empty(8, dtype=torch.uint8)
@@ -53,11 +62,29 @@ class BatchPrefillWithRaggedKVCacheWrapper:
     def reset_workspace_buffer(self, float_workspace_buffer: torch.Tensor, int_workspace_buffer: torch.Tensor) -> None:
         self.float_workspace, self.int_workspace = float_workspace_buffer, int_workspace_buffer
 
-    def plan(self, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=None,
-             custom_mask=None, packed_custom_mask=None, causal=False, pos_encoding_mode="NONE",
-             use_fp16_qk_reduction=False, window_left=-1, logits_soft_cap=None, sm_scale=None,
-             rope_scale=None, rope_theta=None, q_data_type="float16", kv_data_type=None,
-             non_blocking=True, **unused) -> None:
+    def plan(
+        self,
+        qo_indptr,
+        kv_indptr,
+        num_qo_heads,
+        num_kv_heads,
+        head_dim_qk,
+        head_dim_vo=None,
+        custom_mask=None,
+        packed_custom_mask=None,
+        causal=False,
+        pos_encoding_mode="NONE",
+        use_fp16_qk_reduction=False,
+        window_left=-1,
+        logits_soft_cap=None,
+        sm_scale=None,
+        rope_scale=None,
+        rope_theta=None,
+        q_data_type="float16",
+        kv_data_type=None,
+        non_blocking=True,
+        **unused,
+    ) -> None:
         if head_dim_qk % 64 or (head_dim_vo or head_dim_qk) % 64:
             raise ValueError(f"FA2 prefill head_dim must be a multiple of 64, got {head_dim_qk}")
         assert num_qo_heads % num_kv_heads == 0
@@ -118,7 +145,7 @@ class BatchPrefillWithRaggedKVCacheWrapper:
             allowed = torch.ones(n, n, dtype=torch.bool)
             if use_mask:
                 offset = int(self.mask_indptr[b])
-                bits = self.custom_mask[offset: offset + (n * n + 7) // 8].to("cpu", torch.int32)
+                bits = self.custom_mask[offset : offset + (n * n + 7) // 8].to("cpu", torch.int32)
                 unpacked = (bits[:, None] >> torch.arange(8)) & 1
                 allowed &= unpacked.reshape(-1)[: n * n].view(n, n).bool()
             elif self.causal:

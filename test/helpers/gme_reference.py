@@ -11,19 +11,23 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-GME_PROMPT = ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n{content}<|im_end|>\n"
-              "<|im_start|>assistant\n<|endoftext|>")
+GME_PROMPT = (
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n{content}<|im_end|>\n"
+    "<|im_start|>assistant\n<|endoftext|>"
+)
 
 
 def load_hf_gme(model_dir: str):
     from transformers import Qwen2VLForConditionalGeneration
 
-    return Qwen2VLForConditionalGeneration.from_pretrained(model_dir, attn_implementation="eager",
-                                                          dtype=torch.float32).eval()
+    return Qwen2VLForConditionalGeneration.from_pretrained(
+        model_dir, attn_implementation="eager", dtype=torch.float32
+    ).eval()
 
 
-def hf_gme_embedding(model_dir: str, hf_model, text: Optional[str], image_path: Optional[str]
-                     ) -> tuple[np.ndarray, np.ndarray]:
+def hf_gme_embedding(
+    model_dir: str, hf_model, text: Optional[str], image_path: Optional[str]
+) -> tuple[np.ndarray, np.ndarray]:
     """(normalized last-token vector [hidden], input ids [n]) for one text / image / fused item."""
     from PIL import Image
     from transformers import AutoImageProcessor, AutoTokenizer
@@ -34,7 +38,7 @@ def hf_gme_embedding(model_dir: str, hf_model, text: Optional[str], image_path: 
     if image_path is not None:
         proc = AutoImageProcessor.from_pretrained(model_dir)
         out = proc(images=[Image.open(image_path).convert("RGB")], return_tensors="pt")
-        n = int(out["image_grid_thw"][0].prod()) // proc.merge_size ** 2
+        n = int(out["image_grid_thw"][0].prod()) // proc.merge_size**2
         content = "<|vision_start|>" + "<|image_pad|>" * n + "<|vision_end|>" + content
         kwargs = dict(pixel_values=out["pixel_values"], image_grid_thw=out["image_grid_thw"])
     ids = torch.tensor([tok(GME_PROMPT.replace("{content}", content))["input_ids"]])

@@ -39,9 +39,9 @@ def png_claiming_size(width: int, height: int) -> bytes:
     """A tiny PNG whose IHDR says width x height: a decompression bomb's header, a few bytes long."""
     png = encode_image(Image.new("L", (1, 1)))
     ihdr_at = 8  # after the signature: length(4) type(4) data(13) crc(4)
-    data = struct.pack(">II", width, height) + png[ihdr_at + 16: ihdr_at + 21]
+    data = struct.pack(">II", width, height) + png[ihdr_at + 16 : ihdr_at + 21]
     chunk = b"IHDR" + data
-    return png[:ihdr_at] + struct.pack(">I", 13) + chunk + struct.pack(">I", zlib.crc32(chunk)) + png[ihdr_at + 25:]
+    return png[:ihdr_at] + struct.pack(">I", 13) + chunk + struct.pack(">I", zlib.crc32(chunk)) + png[ihdr_at + 25 :]
 
 
 # A route's answer: bytes (200, image/png), ("redirect", location), ("slow", seconds, bytes),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-
 # Mixed lengths (1 to ~20 tokens) over the tiny tokenizers' vocabulary.
 MIXED_TEXTS = [
     "the cat",

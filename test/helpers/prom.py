@@ -7,9 +7,9 @@ import re
 from collections import defaultdict
 
 _SAMPLE = re.compile(
-    r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)'
+    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)"
     r'(?:\{(?P<labels>(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*",?)*)\})?'
-    r' (?P<value>[-+]?(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|Inf|NaN))$'
+    r" (?P<value>[-+]?(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|Inf|NaN))$"
 )
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)"')
 _TYPES = {"counter", "gauge", "histogram", "summary", "untyped"}
@@ -38,11 +38,13 @@ def parse(text: str) -> dict:
         m = _SAMPLE.match(line)
         assert m, f"line {n}: not a sample: {line!r}"
         name = m["name"]
-        assert current is not None and (name == current or name in (current + "_bucket", current + "_sum",
-                                                                   current + "_count")), \
-            f"line {n}: sample {name} outside its family {current}"
-        labels = {k: v.replace('\\n', '\n').replace('\\"', '"').replace('\\\\', '\\')
-                  for k, v in _LABEL.findall(m["labels"] or "")}
+        assert current is not None and (
+            name == current or name in (current + "_bucket", current + "_sum", current + "_count")
+        ), f"line {n}: sample {name} outside its family {current}"
+        labels = {
+            k: v.replace("\\n", "\n").replace('\\"', '"').replace("\\\\", "\\")
+            for k, v in _LABEL.findall(m["labels"] or "")
+        }
         value = float(m["value"].replace("Inf", "inf"))
         families[current]["samples"].append((name, labels, value))
     for name, fam in families.items():

@@ -29,8 +29,14 @@ class ServerProcess:
         self._log = open(self.log_path, "w")
         # Own session (so signals to the test runner's group do not reach it), but it still dies
         # with the test process if pytest is killed: no stray servers after a timeout.
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=full_env,
-                                     start_new_session=True, preexec_fn=_die_with_parent)
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
         self._wait_healthy(timeout)
 
     def _wait_healthy(self, timeout: float) -> None:

@@ -34,19 +34,25 @@ def build_wordpiece_tokenizer(out_dir: str, lowercase: bool = True) -> list[str]
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tok.decoder = decoders.WordPiece()
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
     )
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-        sep_token="[SEP]", mask_token="[MASK]",
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
     )
     fast.save_pretrained(out_dir)
     return list(vocab)
 
 
-def write_st_pooling(out_dir: str, dim: int, mode: str = "mean", normalize: bool = True,
-                     max_seq_length: Optional[int] = None) -> None:
+def write_st_pooling(
+    out_dir: str, dim: int, mode: str = "mean", normalize: bool = True, max_seq_length: Optional[int] = None
+) -> None:
     """sentence-transformers module files declaring the pooling (and optional Normalize)."""
     modules = [
         {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
@@ -72,16 +78,23 @@ def write_st_pooling(out_dir: str, dim: int, mode: str = "mean", normalize: bool
             json.dump({"max_seq_length": max_seq_length, "do_lower_case": False}, f)
 
 
-def build_tiny_bert(out_dir: str, seed: int = 0, st_pooling: Optional[str] = None,
-                    safe_serialization: bool = True, **config_overrides) -> str:
+def build_tiny_bert(
+    out_dir: str, seed: int = 0, st_pooling: Optional[str] = None, safe_serialization: bool = True, **config_overrides
+) -> str:
     """A 2-layer random BertModel with a WordPiece tokenizer in `out_dir`."""
     from transformers import BertConfig, BertModel
 
     os.makedirs(out_dir, exist_ok=True)
     vocab = build_wordpiece_tokenizer(out_dir)
     cfg = dict(
-        vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-        intermediate_size=64, max_position_embeddings=128, type_vocab_size=2, hidden_act="gelu",
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        type_vocab_size=2,
+        hidden_act="gelu",
     )
     cfg.update(config_overrides)
     torch.manual_seed(seed)
@@ -107,12 +120,18 @@ def build_bpe_tokenizer(out_dir: str, end_token: str = END_TOKEN) -> tuple[int, 
     tok = Tokenizer(BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=[end_token], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=320,
+        special_tokens=[end_token],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator([" ".join(WORDS)] * 3 + WORDS, trainer)
     end_id = tok.token_to_id(end_token)
     tok.post_processor = processors.TemplateProcessing(
-        single=f"$A {end_token}", pair=f"$A {end_token} $B:1 {end_token}:1", special_tokens=[(end_token, end_id)],
+        single=f"$A {end_token}",
+        pair=f"$A {end_token} $B:1 {end_token}:1",
+        special_tokens=[(end_token, end_id)],
     )
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=end_token, pad_token=end_token)
     fast.save_pretrained(out_dir)
@@ -150,8 +169,14 @@ def _randomize(model: torch.nn.Module, seed: int) -> None:
             p.copy_(1.0 + 0.1 * noise if name.endswith("norm.weight") else 0.1 * noise)
 
 
-def build_tiny_decoder(out_dir: str, family: str = "qwen3", seed: int = 0, st_pooling: Optional[str] = None,
-                       max_shard_size: Optional[str] = None, **config_overrides) -> str:
+def build_tiny_decoder(
+    out_dir: str,
+    family: str = "qwen3",
+    seed: int = 0,
+    st_pooling: Optional[str] = None,
+    max_shard_size: Optional[str] = None,
+    **config_overrides,
+) -> str:
     """A 2-layer random *ForCausalLM (qwen3 / qwen2 / llama / mistral) with a BPE tokenizer in `out_dir`.
 
     Saved with its own LM head (tie_word_embeddings=False), which the engine must skip.
@@ -161,9 +186,17 @@ def build_tiny_decoder(out_dir: str, family: str = "qwen3", seed: int = 0, st_po
     os.makedirs(out_dir, exist_ok=True)
     vocab, end_id = build_bpe_tokenizer(out_dir)
     cfg = dict(
-        vocab_size=vocab, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=256, rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
-        bos_token_id=end_id, eos_token_id=end_id, pad_token_id=end_id,
+        vocab_size=vocab,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        rms_norm_eps=1e-6,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        bos_token_id=end_id,
+        eos_token_id=end_id,
+        pad_token_id=end_id,
     )
     cfg.update(_DECODER_CONFIGS[family])
     cfg.update(config_overrides)
@@ -192,8 +225,13 @@ def build_tiny_llama(out_dir: str, **kwargs) -> str:
 # ----- GME / Qwen2-VL (multimodal embeddings) -----
 
 QWEN2_VL_SPECIAL_TOKENS = (
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
-    "<|image_pad|>", "<|video_pad|>",
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
 )
 GME_SYSTEM_WORDS = "You are a helpful assistant. system user"
 
@@ -208,16 +246,21 @@ def build_qwen2_vl_tokenizer(out_dir: str) -> dict[str, int]:
     tok = Tokenizer(BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=360, special_tokens=list(QWEN2_VL_SPECIAL_TOKENS), show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=360,
+        special_tokens=list(QWEN2_VL_SPECIAL_TOKENS),
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator([" ".join(WORDS) + " " + GME_SYSTEM_WORDS] * 3 + WORDS, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", pad_token="<|endoftext|>")
     fast.save_pretrained(out_dir)
     return {t: tok.token_to_id(t) for t in QWEN2_VL_SPECIAL_TOKENS}
 
 
-def build_tiny_gme(out_dir: str, seed: int = 0, min_pixels: int = 28 * 28 * 4, max_pixels: int = 28 * 28 * 16,
-                   **text_overrides) -> str:
+def build_tiny_gme(
+    out_dir: str, seed: int = 0, min_pixels: int = 28 * 28 * 4, max_pixels: int = 28 * 28 * 16, **text_overrides
+) -> str:
     """A random GME-shaped Qwen2VLForConditionalGeneration: a 2-block vision tower (embed 32, 2 heads,
     patch 14, 2x2 merge, temporal patch 2), a 2-layer Qwen2 decoder (hidden 64, 4 heads, 2 kv heads,
     M-RoPE sections [2, 3, 3]), a tokenizer with the Qwen2-VL special tokens and a saved PIL
@@ -231,18 +274,39 @@ def build_tiny_gme(out_dir: str, seed: int = 0, min_pixels: int = 28 * 28 * 4, m
 
     vocab = len(AutoTokenizer.from_pretrained(out_dir))
     text = dict(
-        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-6,
+        vocab_size=vocab,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        rms_norm_eps=1e-6,
         rope_scaling={"type": "mrope", "mrope_section": [2, 3, 3], "rope_theta": 10000.0},
-        bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"],
+        bos_token_id=ids["<|endoftext|>"],
+        eos_token_id=ids["<|im_end|>"],
+        pad_token_id=ids["<|endoftext|>"],
     )
     text.update(text_overrides)
-    vision = dict(depth=2, embed_dim=32, num_heads=2, mlp_ratio=2, hidden_size=text["hidden_size"], patch_size=14,
-                  spatial_merge_size=2, temporal_patch_size=2, in_channels=3)
+    vision = dict(
+        depth=2,
+        embed_dim=32,
+        num_heads=2,
+        mlp_ratio=2,
+        hidden_size=text["hidden_size"],
+        patch_size=14,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+        in_channels=3,
+    )
     config = Qwen2VLConfig(
-        text_config=text, vision_config=vision, image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"], tie_word_embeddings=False,
+        text_config=text,
+        vision_config=vision,
+        image_token_id=ids["<|image_pad|>"],
+        video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"],
+        vision_end_token_id=ids["<|vision_end|>"],
+        tie_word_embeddings=False,
     )
     torch.manual_seed(seed)
     model = Qwen2VLForConditionalGeneration(config).eval()

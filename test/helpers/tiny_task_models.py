@@ -13,7 +13,13 @@ from typing import Optional
 
 import torch
 
-from test.helpers.tiny_models import WORDS, _decoder_classes, build_bpe_tokenizer, build_wordpiece_tokenizer, write_st_pooling
+from test.helpers.tiny_models import (
+    WORDS,
+    _decoder_classes,
+    build_bpe_tokenizer,
+    build_wordpiece_tokenizer,
+    write_st_pooling,
+)
 
 ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]  # ids 0..4, as in XLM-R (pad 1)
 
@@ -39,20 +45,38 @@ def build_roberta_tokenizer(out_dir: str) -> int:
     tok = Tokenizer(BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=ROBERTA_SPECIALS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=ROBERTA_SPECIALS,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator([" ".join(WORDS)] * 3 + WORDS, trainer)
     tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0), add_prefix_space=True)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", sep_token="</s>", cls_token="<s>",
-        unk_token="<unk>", pad_token="<pad>", mask_token="<mask>", model_input_names=["input_ids", "attention_mask"],
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        sep_token="</s>",
+        cls_token="<s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        mask_token="<mask>",
+        model_input_names=["input_ids", "attention_mask"],
     )
     fast.save_pretrained(out_dir)
     return len(fast)
 
 
-def build_tiny_xlm_roberta(out_dir: str, task: str = "model", seed: int = 0, st_pooling: Optional[str] = None,
-                           sparse_linear: bool = False, num_labels: int = 1, id2label: Optional[dict] = None) -> str:
+def build_tiny_xlm_roberta(
+    out_dir: str,
+    task: str = "model",
+    seed: int = 0,
+    st_pooling: Optional[str] = None,
+    sparse_linear: bool = False,
+    num_labels: int = 1,
+    id2label: Optional[dict] = None,
+) -> str:
     """A 2-layer random XLM-RoBERTa: `task` "model" (bge-m3 / multilingual-e5 shape), "seq_cls"
     (bge-reranker shape) or "mlm". `sparse_linear` adds bge-m3's sparse_linear.pt."""
     import transformers as tf
@@ -60,12 +84,24 @@ def build_tiny_xlm_roberta(out_dir: str, task: str = "model", seed: int = 0, st_
     os.makedirs(out_dir, exist_ok=True)
     vocab = build_roberta_tokenizer(out_dir)
     cfg = tf.XLMRobertaConfig(
-        vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-        max_position_embeddings=66, type_vocab_size=1, pad_token_id=1, bos_token_id=0, eos_token_id=2,
-        num_labels=num_labels, id2label=id2label,
+        vocab_size=vocab,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=66,
+        type_vocab_size=1,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        num_labels=num_labels,
+        id2label=id2label,
     )
-    model_cls = {"model": tf.XLMRobertaModel, "seq_cls": tf.XLMRobertaForSequenceClassification,
-                 "mlm": tf.XLMRobertaForMaskedLM}[task]
+    model_cls = {
+        "model": tf.XLMRobertaModel,
+        "seq_cls": tf.XLMRobertaForSequenceClassification,
+        "mlm": tf.XLMRobertaForMaskedLM,
+    }[task]
     torch.manual_seed(seed)
     model = model_cls(cfg).eval()
     randomize(model, seed)
@@ -90,12 +126,11 @@ def write_sparse_linear(out_dir: str, hidden: int, seed: int = 0) -> str:
     return path
 
 
-def build_tiny_bert_task(out_dir: str, task: str, seed: int = 0, num_labels: int = 1,
-                         id2label: Optional[dict] = None) -> str:
+def build_tiny_bert_task(
+    out_dir: str, task: str, seed: int = 0, num_labels: int = 1, id2label: Optional[dict] = None
+) -> str:
     """A 2-layer random BertForSequenceClassification ("seq_cls") or BertForMaskedLM ("mlm")."""
-    from transformers import BertConfig, BertForMaskedLM, BertForSequenceClassification
-
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertForSequenceClassification
 
     os.makedirs(out_dir, exist_ok=True)
     vocab = build_wordpiece_tokenizer(out_dir)
@@ -103,8 +138,16 @@ def build_tiny_bert_task(out_dir: str, task: str, seed: int = 0, num_labels: int
     names = ["input_ids", "token_type_ids", "attention_mask"]
     AutoTokenizer.from_pretrained(out_dir, model_input_names=names).save_pretrained(out_dir)
     cfg = BertConfig(
-        vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-        max_position_embeddings=128, type_vocab_size=2, hidden_act="gelu", num_labels=num_labels, id2label=id2label,
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        type_vocab_size=2,
+        hidden_act="gelu",
+        num_labels=num_labels,
+        id2label=id2label,
     )
     torch.manual_seed(seed)
     model = (BertForSequenceClassification if task == "seq_cls" else BertForMaskedLM)(cfg).eval()
@@ -126,8 +169,9 @@ def build_tiny_splade(out_dir: str, seed: int = 0, pooling_strategy: str = "max"
     return out_dir
 
 
-def build_tiny_gemma3(out_dir: str, seed: int = 0, bidirectional: bool = True, st_modules: bool = True,
-                      sliding_window: int = 6) -> str:
+def build_tiny_gemma3(
+    out_dir: str, seed: int = 0, bidirectional: bool = True, st_modules: bool = True, sliding_window: int = 6
+) -> str:
     """A 2-layer random Gemma3TextModel shaped like EmbeddingGemma (3 heads, 1 kv head, head_dim 24
     != hidden / heads, query_pre_attn_scalar 20, a sliding layer then a full one). With
     `st_modules` it is saved by sentence-transformers as EmbeddingGemma is: mean Pooling, 2_Dense
@@ -138,10 +182,21 @@ def build_tiny_gemma3(out_dir: str, seed: int = 0, bidirectional: bool = True, s
     os.makedirs(hf_dir, exist_ok=True)
     vocab, end_id = build_bpe_tokenizer(hf_dir)
     cfg = Gemma3TextConfig(
-        vocab_size=vocab, hidden_size=48, intermediate_size=64, num_hidden_layers=2, num_attention_heads=3,
-        num_key_value_heads=1, head_dim=24, query_pre_attn_scalar=20, sliding_window=sliding_window,
-        layer_types=["sliding_attention", "full_attention"], max_position_embeddings=128,
-        use_bidirectional_attention=bidirectional, pad_token_id=end_id, bos_token_id=end_id, eos_token_id=end_id,
+        vocab_size=vocab,
+        hidden_size=48,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=3,
+        num_key_value_heads=1,
+        head_dim=24,
+        query_pre_attn_scalar=20,
+        sliding_window=sliding_window,
+        layer_types=["sliding_attention", "full_attention"],
+        max_position_embeddings=128,
+        use_bidirectional_attention=bidirectional,
+        pad_token_id=end_id,
+        bos_token_id=end_id,
+        eos_token_id=end_id,
     )
     torch.manual_seed(seed)
     model = Gemma3TextModel(cfg).eval()
@@ -162,8 +217,9 @@ def build_tiny_gemma3(out_dir: str, seed: int = 0, bidirectional: bool = True, s
     return out_dir
 
 
-def build_tiny_decoder_classifier(out_dir: str, family: str = "qwen2", seed: int = 0, num_labels: int = 3,
-                                  id2label: Optional[dict] = None) -> str:
+def build_tiny_decoder_classifier(
+    out_dir: str, family: str = "qwen2", seed: int = 0, num_labels: int = 3, id2label: Optional[dict] = None
+) -> str:
     """A 2-layer random *ForSequenceClassification decoder (reward / classifier shape) with the BPE
     tokenizer, whose end token doubles as the pad token (the score head skips trailing pads)."""
     import transformers as tf
@@ -173,9 +229,20 @@ def build_tiny_decoder_classifier(out_dir: str, family: str = "qwen2", seed: int
     os.makedirs(out_dir, exist_ok=True)
     vocab, end_id = build_bpe_tokenizer(out_dir)
     cfg = config_cls(
-        vocab_size=vocab, hidden_size=64, head_dim=16, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-6,
-        bos_token_id=end_id, eos_token_id=end_id, pad_token_id=end_id, num_labels=num_labels, id2label=id2label,
+        vocab_size=vocab,
+        hidden_size=64,
+        head_dim=16,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        rms_norm_eps=1e-6,
+        bos_token_id=end_id,
+        eos_token_id=end_id,
+        pad_token_id=end_id,
+        num_labels=num_labels,
+        id2label=id2label,
     )
     torch.manual_seed(seed)
     model = model_cls(cfg).eval()

@@ -10,13 +10,29 @@ import pytest
 from sglang.cli import build_serve_parser
 from sglang.srt.server_args import ServerArgs
 
-FLAGS = ["--model-path", "--is-embedding", "--host", "--port", "--served-model-name", "--dtype", "--device",
-         "--context-length", "--allow-auto-truncate", "--trust-remote-code", "--log-level"]
+FLAGS = [
+    "--model-path",
+    "--is-embedding",
+    "--host",
+    "--port",
+    "--served-model-name",
+    "--dtype",
+    "--device",
+    "--context-length",
+    "--allow-auto-truncate",
+    "--trust-remote-code",
+    "--log-level",
+]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=120,
-                          env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+    )
 
 
 def test_help_documents_every_flag():

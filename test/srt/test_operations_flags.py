@@ -5,11 +5,21 @@ from __future__ import annotations
 import pytest
 
 from sglang.cli import build_serve_parser
-from sglang.srt.server_args import ServerArgs
 from sglang.srt.errors import ConfigError
+from sglang.srt.server_args import ServerArgs
 
-NEW_FLAGS = ["--api-key", "--cors-allow-origin", "--max-payload-bytes", "--max-client-batch-size",
-             "--request-timeout", "--graceful-timeout", "--startup-timeout", "--log-requests", "--log-request-text", "--log-format"]
+NEW_FLAGS = [
+    "--api-key",
+    "--cors-allow-origin",
+    "--max-payload-bytes",
+    "--max-client-batch-size",
+    "--request-timeout",
+    "--graceful-timeout",
+    "--startup-timeout",
+    "--log-requests",
+    "--log-request-text",
+    "--log-format",
+]
 
 
 def _parse(*argv: str) -> ServerArgs:
@@ -47,16 +57,19 @@ def test_log_request_text_implies_log_requests():
     assert a.log_requests and a.log_format == "json"
 
 
-@pytest.mark.parametrize("kwargs,fragment", [
-    ({"max_payload_bytes": 0}, "--max-payload-bytes"),
-    ({"max_client_batch_size": 0}, "--max-client-batch-size"),
-    ({"request_timeout": -1}, "--request-timeout"),
-    ({"graceful_timeout": -0.5}, "--graceful-timeout"),
-    ({"log_format": "xml"}, "--log-format"),
-    ({"startup_timeout": 0}, "--startup-timeout"),
-    ({"api_key": " padded "}, "--api-key"),
-    ({"api_key": "new\nline"}, "--api-key"),
-])
+@pytest.mark.parametrize(
+    "kwargs,fragment",
+    [
+        ({"max_payload_bytes": 0}, "--max-payload-bytes"),
+        ({"max_client_batch_size": 0}, "--max-client-batch-size"),
+        ({"request_timeout": -1}, "--request-timeout"),
+        ({"graceful_timeout": -0.5}, "--graceful-timeout"),
+        ({"log_format": "xml"}, "--log-format"),
+        ({"startup_timeout": 0}, "--startup-timeout"),
+        ({"api_key": " padded "}, "--api-key"),
+        ({"api_key": "new\nline"}, "--api-key"),
+    ],
+)
 def test_bad_values_are_config_errors(kwargs, fragment):
     with pytest.raises(ConfigError) as e:
         ServerArgs(**kwargs)

@@ -39,8 +39,7 @@ class EmbeddingError(Exception):
     (`model_not_found`, `invalid_api_key`), both reported in the error body as they are.
     """
 
-    def __init__(self, kind: ErrorKind, message: str, param: Optional[str] = None,
-                 code: Optional[str] = None) -> None:
+    def __init__(self, kind: ErrorKind, message: str, param: Optional[str] = None, code: Optional[str] = None) -> None:
         super().__init__(message)
         self.kind = ErrorKind(kind)
         self.message = message

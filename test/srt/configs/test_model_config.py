@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from sglang.srt.configs.model_config import NOT_EMBEDDING_MESSAGE, check_model, matryoshka_settings
-from sglang.srt.server_args import ServerArgs
 from sglang.srt.errors import ConfigError
+from sglang.srt.server_args import ServerArgs
 from test.helpers.tiny_models import build_tiny_bert, build_tiny_qwen3, write_st_pooling
 
 
@@ -79,10 +79,15 @@ def test_unsupported_architecture_lists_supported_ones(tmp_path):
 def test_custom_code_needs_trust_remote_code(tmp_path, qwen3_dir):
     d = tmp_path / "custom"
     d.mkdir()
-    (d / "config.json").write_text(json.dumps({
-        "architectures": ["MyModel"], "model_type": "my_custom_model",
-        "auto_map": {"AutoConfig": "configuration_my.MyConfig"},
-    }))
+    (d / "config.json").write_text(
+        json.dumps(
+            {
+                "architectures": ["MyModel"],
+                "model_type": "my_custom_model",
+                "auto_map": {"AutoConfig": "configuration_my.MyConfig"},
+            }
+        )
+    )
     with pytest.raises(ConfigError, match="add --trust-remote-code"):
         _config(str(d))
 
@@ -91,9 +96,14 @@ def test_custom_code_needs_trust_remote_code(tmp_path, qwen3_dir):
     tok_dir = tmp_path / "custom_tokenizer"
     tok_dir.mkdir()
     shutil.copy(os.path.join(qwen3_dir, "tokenizer.json"), tok_dir)
-    (tok_dir / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "MyTokenizer", "auto_map": {"AutoTokenizer": ["tokenization_my.MyTokenizer", None]},
-    }))
+    (tok_dir / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "MyTokenizer",
+                "auto_map": {"AutoTokenizer": ["tokenization_my.MyTokenizer", None]},
+            }
+        )
+    )
     with pytest.raises(ConfigError, match="add --trust-remote-code"):
         load_tokenizer(str(tok_dir), trust_remote_code=False)
 
@@ -106,8 +116,13 @@ def test_cli_start_up_errors_are_one_line(qwen3_dir, tmp_path, case):
     else:
         model = _variant(qwen3_dir, str(tmp_path / "bad"), architectures=["FancyNewForCausalLM"])
         expected = "error: Model architecture FancyNewForCausalLM is not supported. Supported architectures: "
-    r = subprocess.run([sys.executable, "-m", "sglang.launch_server", "--model-path", model, "--port", "1"],
-                       capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    r = subprocess.run(
+        [sys.executable, "-m", "sglang.launch_server", "--model-path", model, "--port", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and r.stderr.startswith(expected), r.stderr
 
@@ -147,14 +162,17 @@ def test_matryoshka_from_config_json(qwen3_dir, tmp_path):
     assert (mc.is_matryoshka, mc.matryoshka_dimensions) == (True, None)
 
 
-@pytest.mark.parametrize("cfg, match", [
-    ({"matryoshka_dimensions": [8, 64]}, "from 1 to the model's embedding size 48"),
-    ({"matryoshka_dimensions": []}, "non-empty list"),
-    ({"matryoshka_dimensions": [0, 8]}, "non-empty list"),
-    ({"matryoshka_dimensions": "8,16"}, "non-empty list"),
-    ({"matryoshka_dimensions": [8.5]}, "non-empty list"),
-    ({"is_matryoshka": "yes"}, "is_matryoshka must be true or false"),
-])
+@pytest.mark.parametrize(
+    "cfg, match",
+    [
+        ({"matryoshka_dimensions": [8, 64]}, "from 1 to the model's embedding size 48"),
+        ({"matryoshka_dimensions": []}, "non-empty list"),
+        ({"matryoshka_dimensions": [0, 8]}, "non-empty list"),
+        ({"matryoshka_dimensions": "8,16"}, "non-empty list"),
+        ({"matryoshka_dimensions": [8.5]}, "non-empty list"),
+        ({"is_matryoshka": "yes"}, "is_matryoshka must be true or false"),
+    ],
+)
 def test_invalid_matryoshka_settings(cfg, match):
     with pytest.raises(ConfigError, match=match):
         matryoshka_settings(SimpleNamespace(**cfg), 48)
@@ -163,6 +181,7 @@ def test_invalid_matryoshka_settings(cfg, match):
 def test_model_info_reports_matryoshka(qwen3_dir):
     from test.helpers.parity import make_runner
 
-    info = make_runner(qwen3_dir, is_embedding=True,
-                       json_model_override_args='{"matryoshka_dimensions": [8, 16]}').model_info()
+    info = make_runner(
+        qwen3_dir, is_embedding=True, json_model_override_args='{"matryoshka_dimensions": [8, 16]}'
+    ).model_info()
     assert (info.is_matryoshka, info.matryoshka_dimensions, info.embedding_dim) == (True, (8, 16), 48)

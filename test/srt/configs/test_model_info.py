@@ -13,17 +13,40 @@ from test.helpers.model_info import make_model_info
 
 # The keys /model_info (and Engine.get_model_info) have always shown, less the three the route adds.
 MODEL_INFO_KEYS = {
-    "model_path", "served_model_name", "architecture", "embedding_dim", "is_matryoshka", "matryoshka_dimensions",
-    "pooling", "normalize", "max_input_length", "vocab_size", "do_lower_case", "dtype", "device",
-    "attention_backend", "cuda_graph", "cpu_threads", "cpu_bf16_units", "vision", "embeddings_output",
-    "sparse_head", "labels", "problem_type", "pair_token_types",
+    "model_path",
+    "served_model_name",
+    "architecture",
+    "embedding_dim",
+    "is_matryoshka",
+    "matryoshka_dimensions",
+    "pooling",
+    "normalize",
+    "max_input_length",
+    "vocab_size",
+    "do_lower_case",
+    "dtype",
+    "device",
+    "attention_backend",
+    "cuda_graph",
+    "cpu_threads",
+    "cpu_bf16_units",
+    "vision",
+    "embeddings_output",
+    "sparse_head",
+    "labels",
+    "problem_type",
+    "pair_token_types",
 }
 
 
 def test_to_dict_keeps_the_model_info_keys_as_plain_json_values():
-    info = make_model_info(is_matryoshka=True, matryoshka_dimensions=(8, 16), labels=("a", "b"),
-                           embeddings_output=OutputKind.LOGITS,
-                           vision=VisionInfo(model_dir="/m", image_token_id=5, spatial_merge_size=2))
+    info = make_model_info(
+        is_matryoshka=True,
+        matryoshka_dimensions=(8, 16),
+        labels=("a", "b"),
+        embeddings_output=OutputKind.LOGITS,
+        vision=VisionInfo(model_dir="/m", image_token_id=5, spatial_merge_size=2),
+    )
     out = info.to_dict()
     assert set(out) == MODEL_INFO_KEYS
     assert out["matryoshka_dimensions"] == [8, 16] and out["labels"] == ["a", "b"]

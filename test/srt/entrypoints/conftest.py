@@ -7,9 +7,21 @@ import pytest
 
 API_KEY = "test-key-1234"
 HARDENED_ARGS = (
-    "--api-key", API_KEY, "--max-payload-bytes", "65536", "--max-client-batch-size", "8",
-    "--cors-allow-origin", "https://app.example", "--log-requests", "--log-format", "json",
-    "--request-timeout", "1.5", "--max-batch-size", "2",
+    "--api-key",
+    API_KEY,
+    "--max-payload-bytes",
+    "65536",
+    "--max-client-batch-size",
+    "8",
+    "--cors-allow-origin",
+    "https://app.example",
+    "--log-requests",
+    "--log-format",
+    "json",
+    "--request-timeout",
+    "1.5",
+    "--max-batch-size",
+    "2",
 )
 
 

@@ -30,7 +30,7 @@ def test_two_workers_every_response_reaches_its_client(server):
     texts = [f"message number {i} about the {['cat', 'river', 'city', 'music'][i % 4]}" for i in range(120)]
     expected = {}
     for i in range(0, len(texts), 8):
-        data = _post(server.base_url, {"input": texts[i:i + 8]}).json()["data"]
+        data = _post(server.base_url, {"input": texts[i : i + 8]}).json()["data"]
         for j, d in enumerate(data):
             expected[i + j] = np.asarray(d["embedding"], np.float32)
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import sglang
-from sglang.srt.layers.attention.cpu_kernel_loader import find_compiler
 from sglang.srt.errors import EmbeddingError, ErrorKind
+from sglang.srt.layers.attention.cpu_kernel_loader import find_compiler
 from test.helpers.texts import load_texts
 
 pytestmark = pytest.mark.slow

@@ -28,9 +28,10 @@ EXAMPLES = int(os.environ.get("SGLANG_FUZZ_EXAMPLES", MIN_REQUESTS + 100))
 UNLISTED_ROUTES = ["/get_model_info", "/openapi.json", "/docs", "/redoc", "/docs/oauth2-redirect"]
 METHODS = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
 
-scalars = st.none() | st.booleans() | st.integers(-(2 ** 70), 2 ** 70) | st.floats(allow_nan=False) | st.text(max_size=20)
-json_values = st.recursive(scalars, lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4),
-                           max_leaves=12)
+scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False) | st.text(max_size=20)
+json_values = st.recursive(
+    scalars, lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=8), c, max_size=4), max_leaves=12
+)
 inputs = st.one_of(
     st.text(max_size=40),
     st.lists(st.text(max_size=30), max_size=10),
@@ -54,9 +55,26 @@ def _dump(obj) -> bytes:
 
 
 task_bodies = st.dictionaries(  # /v1/rerank, /v1/classify, /embed_sparse and whatever comes next
-    st.sampled_from(["input", "inputs", "query", "documents", "texts", "text", "model", "top_n",
-                     "return_documents", "raw_scores", "return_text", "truncate"]) | st.text(max_size=8),
-    inputs | json_values, max_size=5)
+    st.sampled_from(
+        [
+            "input",
+            "inputs",
+            "query",
+            "documents",
+            "texts",
+            "text",
+            "model",
+            "top_n",
+            "return_documents",
+            "raw_scores",
+            "return_text",
+            "truncate",
+        ]
+    )
+    | st.text(max_size=8),
+    inputs | json_values,
+    max_size=5,
+)
 raw_bodies = st.one_of(
     bodies.map(_dump),
     task_bodies.map(_dump),
@@ -69,9 +87,19 @@ raw_bodies = st.one_of(
     st.just(b""),
 )
 header_text = st.text(st.characters(min_codepoint=33, max_codepoint=126), max_size=150)
-content_types = st.sampled_from(["application/json", "application/json; charset=utf-8", "text/plain",
-                                 "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
-                                 "application/json; charset=latin-1"]) | header_text
+content_types = (
+    st.sampled_from(
+        [
+            "application/json",
+            "application/json; charset=utf-8",
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "application/json; charset=latin-1",
+        ]
+    )
+    | header_text
+)
 random_paths = st.text(st.sampled_from("abcxyz019/_.-~%"), max_size=30).map(lambda p: "/" + p)
 
 
@@ -103,8 +131,9 @@ def http_requests(draw, api_key: str, post_routes: list[str], other_routes: list
 
 
 def _reference(server) -> np.ndarray:
-    r = requests.post(server.base_url + "/v1/embeddings", json={"input": "a normal request"},
-                      headers=server.headers, timeout=30)
+    r = requests.post(
+        server.base_url + "/v1/embeddings", json={"input": "a normal request"}, headers=server.headers, timeout=30
+    )
     assert r.status_code == 200, r.text
     return np.asarray(r.json()["data"][0]["embedding"], np.float32)
 
@@ -112,8 +141,11 @@ def _reference(server) -> np.ndarray:
 def _server_errors(server) -> float:
     """5xx answers so far, from /metrics (other tests on this shared server may have caused 504s)."""
     metrics = parse(requests.get(server.base_url + "/metrics", headers=server.headers, timeout=10).text)
-    return sum(v for _, labels, v in metrics["sglang_http_requests_total"]["samples"]
-               if labels["status"].startswith("5") or not labels["status"].isdigit())
+    return sum(
+        v
+        for _, labels, v in metrics["sglang_http_requests_total"]["samples"]
+        if labels["status"].startswith("5") or not labels["status"].isdigit()
+    )
 
 
 def test_fuzzed_requests_never_get_5xx_or_hang(hardened_server):
@@ -127,8 +159,14 @@ def test_fuzzed_requests_never_get_5xx_or_hang(hardened_server):
     session = requests.Session()
     seen: dict = {"sent": 0, "statuses": {}}
 
-    @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize="SGLANG_FUZZ_EXAMPLES" not in os.environ,
-              phases=[Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        derandomize="SGLANG_FUZZ_EXAMPLES" not in os.environ,
+        phases=[Phase.generate, Phase.shrink],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(http_requests(server.api_key, post_routes, other_routes))
     def fuzz(req):
         method, path, headers, body = req

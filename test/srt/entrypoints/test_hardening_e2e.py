@@ -34,9 +34,21 @@ def test_every_route_but_health_needs_the_key(hardened_server):
     s = hardened_server
     assert requests.get(s.base_url + "/health", timeout=5).status_code == 200
     key = s.api_key
-    for method, path in [("POST", "/v1/embeddings"), ("GET", "/v1/models"), ("GET", "/metrics"),
-                         ("GET", "/model_info"), ("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/nope")]:
-        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": key}, {"Authorization": f"Bearer {key}x"}):
+    for method, path in [
+        ("POST", "/v1/embeddings"),
+        ("GET", "/v1/models"),
+        ("GET", "/metrics"),
+        ("GET", "/model_info"),
+        ("GET", "/openapi.json"),
+        ("GET", "/docs"),
+        ("GET", "/nope"),
+    ]:
+        for headers in (
+            {},
+            {"Authorization": "Bearer wrong"},
+            {"Authorization": key},
+            {"Authorization": f"Bearer {key}x"},
+        ):
             r = requests.request(method, s.base_url + path, json={"input": "x"}, headers=headers, timeout=10)
             err = _error(r, 401)
             assert err["type"] == "authentication_error" and r.headers["www-authenticate"] == "Bearer"
@@ -72,17 +84,20 @@ def test_body_size_and_batch_size_limits_are_413(hardened_server):
     assert _post(s, {"input": ["a"] * 8}).status_code == 200
 
 
-@pytest.mark.parametrize("body,ctype,status", [
-    (b'{"input": "x"}', "text/plain", 415),
-    (b"input=x", "application/x-www-form-urlencoded", 415),
-    (b'{"input": "\xff\xfe bad utf-8"}', "application/json", 400),
-    (b"[" * 30_000 + b"]" * 30_000, "application/json", 400),
-    (b'{"input": ' + b"[" * 5000 + b"]" * 5000 + b"}", "application/json", 400),
-    (b'{"input": "\\ud800 lone surrogate"}', "application/json", 400),
-    (b'{"input": [123456789012345678901234567890]}', "application/json", 400),
-    (b'{"input": NaN}', "application/json", 400),
-    (b"", "application/json", 400),
-])
+@pytest.mark.parametrize(
+    "body,ctype,status",
+    [
+        (b'{"input": "x"}', "text/plain", 415),
+        (b"input=x", "application/x-www-form-urlencoded", 415),
+        (b'{"input": "\xff\xfe bad utf-8"}', "application/json", 400),
+        (b"[" * 30_000 + b"]" * 30_000, "application/json", 400),
+        (b'{"input": ' + b"[" * 5000 + b"]" * 5000 + b"}", "application/json", 400),
+        (b'{"input": "\\ud800 lone surrogate"}', "application/json", 400),
+        (b'{"input": [123456789012345678901234567890]}', "application/json", 400),
+        (b'{"input": NaN}', "application/json", 400),
+        (b"", "application/json", 400),
+    ],
+)
 def test_hostile_bodies_get_4xx_in_openai_shape(hardened_server, body, ctype, status):
     _error(_post(hardened_server, data=body, headers={"content-type": ctype}), status)
 
@@ -133,8 +148,12 @@ def test_metrics_parse_and_move(hardened_server):
     assert value(after, "sglang_http_requests_total", **bad) == value(before, "sglang_http_requests_total", **bad) + 1
     tokens = r.json()["usage"]["prompt_tokens"]
     assert value(after, "sglang_prompt_tokens_total") == value(before, "sglang_prompt_tokens_total") + tokens
-    for family in ("sglang_request_duration_seconds", "sglang_tokenization_duration_seconds",
-                   "sglang_queue_duration_seconds", "sglang_inference_duration_seconds"):
+    for family in (
+        "sglang_request_duration_seconds",
+        "sglang_tokenization_duration_seconds",
+        "sglang_queue_duration_seconds",
+        "sglang_inference_duration_seconds",
+    ):
         assert value(after, family + "_count") == value(before, family + "_count") + 1, family
     # --max-batch-size 2: the two inputs ran as one batch of two.
     assert value(after, "sglang_batch_size_count") > value(before, "sglang_batch_size_count")
@@ -187,8 +206,10 @@ def test_requests_queued_past_the_deadline_get_504_without_costing_compute(harde
     after = _metrics(hardened_server)
     computed = value(after, "sglang_batch_tokens_sum") - value(before, "sglang_batch_tokens_sum")
     assert computed < 0.8 * offered, f"{computed} of {offered} tokens computed: expired inputs were run"
-    assert (value(after, "sglang_http_requests_total", route="/v1/embeddings", status="504")
-            - value(before, "sglang_http_requests_total", route="/v1/embeddings", status="504")) == codes.count(504)
+    assert (
+        value(after, "sglang_http_requests_total", route="/v1/embeddings", status="504")
+        - value(before, "sglang_http_requests_total", route="/v1/embeddings", status="504")
+    ) == codes.count(504)
     r = _post(hardened_server, {"input": "after the flood"})
     assert r.status_code == 200
     assert abs(np.linalg.norm(np.asarray(r.json()["data"][0]["embedding"])) - 1) < 1e-4

@@ -15,14 +15,24 @@ def test_every_kind_has_a_status():
 
 
 def test_openai_error_body_types_and_headers():
-    http = HttpError.of(EmbeddingError(ErrorKind.MODEL_NOT_FOUND, "no such model", param="model",
-                                       code="model_not_found"))
+    http = HttpError.of(
+        EmbeddingError(ErrorKind.MODEL_NOT_FOUND, "no such model", param="model", code="model_not_found")
+    )
     assert http.status == 404 and http.headers == {}
-    assert orjson.loads(http.body()) == {"error": {"message": "no such model", "type": "invalid_request_error",
-                                                   "param": "model", "code": "model_not_found"}}
+    assert orjson.loads(http.body()) == {
+        "error": {
+            "message": "no such model",
+            "type": "invalid_request_error",
+            "param": "model",
+            "code": "model_not_found",
+        }
+    }
     full = HttpError.of(queue_full_error())
-    assert (full.status, full.headers, full.to_dict()["error"]["type"]) == (429, {"Retry-After": "1"},
-                                                                            "rate_limit_error")
+    assert (full.status, full.headers, full.to_dict()["error"]["type"]) == (
+        429,
+        {"Retry-After": "1"},
+        "rate_limit_error",
+    )
     auth = HttpError.of(EmbeddingError(ErrorKind.UNAUTHENTICATED, "key"), {"WWW-Authenticate": "Bearer"})
     assert auth.status == 401 and auth.to_dict()["error"]["type"] == "authentication_error"
     assert auth.headers == {"WWW-Authenticate": "Bearer"}

@@ -25,11 +25,17 @@ def test_one_input_or_a_list():
     assert req.items == [MultimodalItem(None, "u"), MultimodalItem("t", None)] and req.dimensions == 8
 
 
-@pytest.mark.parametrize("prompt, message", [
-    ([], "Input cannot be empty."),
-    ({"text": "a", "images": "x"}, 'A multimodal input is {"text": ..., "image": ...} with at least one of the two.'),
-    ([{"text": ""}], 'A multimodal input is {"text": ..., "image": ...} with at least one of the two.'),
-])
+@pytest.mark.parametrize(
+    "prompt, message",
+    [
+        ([], "Input cannot be empty."),
+        (
+            {"text": "a", "images": "x"},
+            'A multimodal input is {"text": ..., "image": ...} with at least one of the two.',
+        ),
+        ([{"text": ""}], 'A multimodal input is {"text": ..., "image": ...} with at least one of the two.'),
+    ],
+)
 def test_bad_inputs_are_invalid_requests(prompt, message):
     with pytest.raises(EmbeddingError) as err:
         normalize_input(prompt)

@@ -32,8 +32,17 @@ def model_dir(tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def mrl_server(model_dir):
     overrides = json.dumps({"matryoshka_dimensions": [8, 16, 32]})
-    with ServerProcess("--model-path", model_dir, "--is-embedding", "--served-model-name", "tiny-qwen3",
-                       "--json-model-override-args", overrides, "--context-length", "64") as s:
+    with ServerProcess(
+        "--model-path",
+        model_dir,
+        "--is-embedding",
+        "--served-model-name",
+        "tiny-qwen3",
+        "--json-model-override-args",
+        overrides,
+        "--context-length",
+        "64",
+    ) as s:
         yield s
 
 
@@ -87,18 +96,28 @@ def test_dimensions_cut_and_renormalize(mrl_server, fmt):
     assert np.allclose(np.linalg.norm(short, axis=1), 1.0, atol=1e-6)
 
 
-@pytest.mark.parametrize("dims, message", [
-    (0, "dimensions must be at least 1, got 0."),
-    (-4, "dimensions must be at least 1, got -4."),
-    (49, "dimensions 49 is greater than the model's embedding size 48."),
-    (12, "Model 'tiny-qwen3' only supports matryoshka dimensions [8, 16, 32]; "
-         "dimensions 12 would lead to poor results."),
-])
+@pytest.mark.parametrize(
+    "dims, message",
+    [
+        (0, "dimensions must be at least 1, got 0."),
+        (-4, "dimensions must be at least 1, got -4."),
+        (49, "dimensions 49 is greater than the model's embedding size 48."),
+        (
+            12,
+            "Model 'tiny-qwen3' only supports matryoshka dimensions [8, 16, 32]; "
+            "dimensions 12 would lead to poor results.",
+        ),
+    ],
+)
 def test_bad_dimensions_are_400(mrl_server, dims, message):
     r = _post(mrl_server, {"input": "the cat", "dimensions": dims})
     assert r.status_code == 400
-    assert r.json()["error"] == {"message": message, "type": "invalid_request_error", "param": "dimensions",
-                                 "code": None}
+    assert r.json()["error"] == {
+        "message": message,
+        "type": "invalid_request_error",
+        "param": "dimensions",
+        "code": None,
+    }
 
 
 def test_over_long_input_is_400(mrl_server, model_dir):
@@ -108,7 +127,8 @@ def test_over_long_input_is_400(mrl_server, model_dir):
     r = _post(mrl_server, {"input": LONG_TEXT})
     assert r.status_code == 400
     assert r.json()["error"]["message"] == (
-        f"The input ({n} tokens) is longer than the model's context length (64 tokens).")
+        f"The input ({n} tokens) is longer than the model's context length (64 tokens)."
+    )
 
 
 def test_model_info_reports_matryoshka(mrl_server):
@@ -123,7 +143,8 @@ def test_non_matryoshka_model_rejects_dimensions(plain_server, st_dir):
     assert r.status_code == 400
     assert r.json()["error"]["message"] == (
         f"Model '{st_dir}' does not support matryoshka representation, "
-        "changing output dimensions will lead to poor results.")
+        "changing output dimensions will lead to poor results."
+    )
 
 
 def test_auto_truncate_counts_the_tokens_used(plain_server, st_dir):
@@ -155,16 +176,19 @@ def test_engine_dimensions(model_dir, tmp_path):
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(cfg, f)
 
-    with sglang.Engine(model_path=d, is_embedding=True, served_model_name="tiny",
-                       json_model_override_args='{"is_matryoshka": true}') as engine:
+    with sglang.Engine(
+        model_path=d, is_embedding=True, served_model_name="tiny", json_model_override_args='{"is_matryoshka": true}'
+    ) as engine:
         assert engine.get_model_info()["is_matryoshka"] is True
         full = np.asarray([o["embedding"] for o in engine.encode(MIXED_TEXTS)], dtype=np.float32)
         out = engine.encode(MIXED_TEXTS, dimensions=12)  # not in the list: is_matryoshka allows any width
         short = np.asarray([o["embedding"] for o in out], dtype=np.float32)
         assert short.shape == (len(MIXED_TEXTS), 12)
         assert np.abs(short - _shortened(full, 12)).max() <= 1e-6
-        for dims, message in [(0, "dimensions must be at least 1, got 0."),
-                              (49, "dimensions 49 is greater than the model's embedding size 48.")]:
+        for dims, message in [
+            (0, "dimensions must be at least 1, got 0."),
+            (49, "dimensions 49 is greater than the model's embedding size 48."),
+        ]:
             with pytest.raises(EmbeddingError) as err:
                 engine.encode("the cat", dimensions=dims)
             assert err.value.kind == ErrorKind.INVALID_REQUEST and err.value.message == message

@@ -37,7 +37,9 @@ class Echo:
                 break
         ctype = dict(scope["headers"]).get(b"content-type", b"").decode()
         request_state(scope).setdefault("log_fields", {})["inputs"] = 1
-        out = json.dumps({"len": len(body), "body": body.decode("latin-1"), "content_type": ctype, "path": scope["path"]}).encode()
+        out = json.dumps(
+            {"len": len(body), "body": body.decode("latin-1"), "content_type": ctype, "path": scope["path"]}
+        ).encode()
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
         await send({"type": "http.response.body", "body": out})
 
@@ -108,11 +110,20 @@ def test_body_is_replayed_to_the_app_once_read():
     assert status == 200 and json.loads(body)["body"] == '{"input": 1}'
 
 
-@pytest.mark.parametrize("ctype,status", [
-    ("application/json", 200), ("application/json; charset=utf-8", 200), ("Application/JSON;charset=UTF8", 200),
-    ("application/vnd.api+json", 200), ("text/plain", 415), ("application/x-www-form-urlencoded", 415),
-    ("multipart/form-data; boundary=x", 415), ("application/json; charset=latin-1", 415), ("", 415),
-])
+@pytest.mark.parametrize(
+    "ctype,status",
+    [
+        ("application/json", 200),
+        ("application/json; charset=utf-8", 200),
+        ("Application/JSON;charset=UTF8", 200),
+        ("application/vnd.api+json", 200),
+        ("text/plain", 415),
+        ("application/x-www-form-urlencoded", 415),
+        ("multipart/form-data; boundary=x", 415),
+        ("application/json; charset=latin-1", 415),
+        ("", 415),
+    ],
+)
 def test_post_content_type_must_be_json(ctype, status):
     got, _, body, _ = call(BodyLimits(Echo(), 1000), headers={"content-type": ctype})
     assert got == status
@@ -194,8 +205,9 @@ def test_request_cancelled_by_the_shutdown_deadline_gets_a_503():
         await asyncio.sleep(3600)
 
     async def scenario():
-        task = asyncio.ensure_future(app({"type": "http", "method": "POST", "path": "/v1/embeddings",
-                                          "headers": []}, receive, send))
+        task = asyncio.ensure_future(
+            app({"type": "http", "method": "POST", "path": "/v1/embeddings", "headers": []}, receive, send)
+        )
         await asyncio.sleep(0.05)
         task.cancel()  # what uvicorn does once --graceful-timeout has passed
         with pytest.raises(asyncio.CancelledError):

@@ -34,8 +34,11 @@ def gme_dir(tmp_path_factory) -> str:
 def media(tmp_path_factory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("media")
     (root / "allowed").mkdir()
-    files = {"wide": root / "allowed" / "wide.png", "square": root / "allowed" / "square.jpg",
-             "outside": root / "outside.png"}
+    files = {
+        "wide": root / "allowed" / "wide.png",
+        "square": root / "allowed" / "square.jpg",
+        "outside": root / "outside.png",
+    }
     gradient_image(100, 60, seed=1).save(files["wide"])
     gradient_image(200, 200, seed=2).save(files["square"], quality=95)
     gradient_image(50, 50, seed=3).save(files["outside"])
@@ -46,23 +49,38 @@ def media(tmp_path_factory) -> dict[str, str]:
 def images(media):
     with open(media["wide"], "rb") as f:
         wide = f.read()
-    with ImageServer({
-        "/wide.png": wide,
-        "/gone.png": 404,
-        "/text": b"plain text, not pixels",
-        "/huge.png": ("stream", 4 * MAX_IMAGE_BYTES),
-        "/slow.png": ("slow", 3.0, wide),
-        "/to-file": ("redirect", "file://" + media["wide"]),
-    }) as s:
+    with ImageServer(
+        {
+            "/wide.png": wide,
+            "/gone.png": 404,
+            "/text": b"plain text, not pixels",
+            "/huge.png": ("stream", 4 * MAX_IMAGE_BYTES),
+            "/slow.png": ("slow", 3.0, wide),
+            "/to-file": ("redirect", "file://" + media["wide"]),
+        }
+    ) as s:
         yield s
 
 
 @pytest.fixture(scope="module")
 def server(gme_dir, media):
-    with ServerProcess("--model-path", gme_dir, "--is-embedding", "--chat-template", "gme-qwen2-vl",
-                       "--served-model-name", "gme-qwen2-vl", "--allowed-local-media-path", media["dir"],
-                       "--mm-max-image-bytes", str(MAX_IMAGE_BYTES), "--mm-image-timeout", "1",
-                       "--json-model-override-args", json.dumps({"is_matryoshka": True})) as s:
+    with ServerProcess(
+        "--model-path",
+        gme_dir,
+        "--is-embedding",
+        "--chat-template",
+        "gme-qwen2-vl",
+        "--served-model-name",
+        "gme-qwen2-vl",
+        "--allowed-local-media-path",
+        media["dir"],
+        "--mm-max-image-bytes",
+        str(MAX_IMAGE_BYTES),
+        "--mm-image-timeout",
+        "1",
+        "--json-model-override-args",
+        json.dumps({"is_matryoshka": True}),
+    ) as s:
         yield s
 
 
@@ -91,14 +109,24 @@ def _file_uri(path: str) -> str:
 
 
 def test_items_in_order_match_transformers(server, gme_dir, media, images):
-    items = [{"text": "a cat by the river"}, {"image": _file_uri(media["wide"])},
-             {"text": "the red house", "image": media["square"]}, {"image": images.url("/wide.png")}]
+    items = [
+        {"text": "a cat by the river"},
+        {"image": _file_uri(media["wide"])},
+        {"text": "the red house", "image": media["square"]},
+        {"image": images.url("/wide.png")},
+    ]
     r = _post(server, items, model="gme-qwen2-vl")
     ours = _vectors(r)
     hf = load_hf_gme(gme_dir)
-    refs = [hf_gme_embedding(gme_dir, hf, text, image) for text, image in
-            [("a cat by the river", None), (None, media["wide"]), ("the red house", media["square"]),
-             (None, media["wide"])]]
+    refs = [
+        hf_gme_embedding(gme_dir, hf, text, image)
+        for text, image in [
+            ("a cat by the river", None),
+            (None, media["wide"]),
+            ("the red house", media["square"]),
+            (None, media["wide"]),
+        ]
+    ]
     ref = np.stack([v for v, _ in refs])
     assert ours.shape == (4, 64)
     assert (np.linalg.norm(ours - ref, axis=1) / np.linalg.norm(ref, axis=1)).max() <= 1e-4
@@ -182,8 +210,10 @@ def test_malformed_items_are_400(server):
 def test_local_paths_are_refused_by_default(default_server, media):
     r = _post(default_server, [{"image": media["wide"]}])
     assert r.status_code == 400
-    assert r.json()["error"]["message"] == ("Item 0: could not load image: local file paths are disabled "
-                                            "(start the server with --allowed-local-media-path DIR)")
+    assert r.json()["error"]["message"] == (
+        "Item 0: could not load image: local file paths are disabled "
+        "(start the server with --allowed-local-media-path DIR)"
+    )
     assert _vectors(_post(default_server, [{"image": _file_uri(media["wide"])}])).shape == (1, 64)
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest
 from sglang.srt.entrypoints.inputs import normalize_input
+from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest
 from sglang.srt.managers.io_struct import MultimodalItem
 
 
@@ -21,13 +21,16 @@ def test_objects_become_multimodal_items_and_strings_stay_text():
     assert normalize_input(EmbeddingRequest(input=[1, 2]).input)[0].input_ids == [[1, 2]]
 
 
-@pytest.mark.parametrize("inp, message", [
-    ([{"text": "a"}, "b"], "'input' cannot mix {\"text\", \"image\"} objects with strings or token ids."),
-    ([{"text": "a"}, {}], "Item 1: needs 'text', 'image' or both."),
-    ([{"text": None, "image": None}], "Item 0: needs 'text', 'image' or both."),
-    ([{"text": "a", "images": "x"}], "Item 0: unknown field(s) images; use 'text' and 'image'."),
-    ([{"image": 5}], "Item 0: 'image' must be a string."),
-])
+@pytest.mark.parametrize(
+    "inp, message",
+    [
+        ([{"text": "a"}, "b"], '\'input\' cannot mix {"text", "image"} objects with strings or token ids.'),
+        ([{"text": "a"}, {}], "Item 1: needs 'text', 'image' or both."),
+        ([{"text": None, "image": None}], "Item 0: needs 'text', 'image' or both."),
+        ([{"text": "a", "images": "x"}], "Item 0: unknown field(s) images; use 'text' and 'image'."),
+        ([{"image": 5}], "Item 0: 'image' must be a string."),
+    ],
+)
 def test_malformed_objects_say_what_is_wrong(inp, message):
     with pytest.raises(ValidationError) as err:
         EmbeddingRequest(input=inp)

@@ -60,7 +60,7 @@ def test_parity_with_sentence_transformers(server, st_model):
     tok = st_model.tokenizer
     texts = [t for t in load_texts() if len(tok(t)["input_ids"]) <= 256]
     assert len(texts) >= 100
-    ours = np.concatenate([_vectors(_post(server, {"input": texts[i:i + 32]})) for i in range(0, len(texts), 32)])
+    ours = np.concatenate([_vectors(_post(server, {"input": texts[i : i + 32]})) for i in range(0, len(texts), 32)])
     ref = st_model.encode(texts, batch_size=32, convert_to_numpy=True)
     cos = (ours * ref).sum(1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(ref, axis=1))
     assert cos.min() >= 0.9999, f"worst cosine {cos.min()} at {texts[int(cos.argmin())]!r}"
@@ -113,7 +113,12 @@ def test_token_id_inputs(server):
         ({"input": [[1, 2], []]}, 400, "input", "empty"),
         ({"input": [-3, 4]}, 400, "input", "outside the vocabulary"),
         ({"input": [101, 999999]}, 400, "input", "outside the vocabulary"),
-        ({"input": "word " * 300}, 400, "input", "The input (302 tokens) is longer than the model's context length (256 tokens)."),
+        (
+            {"input": "word " * 300},
+            400,
+            "input",
+            "The input (302 tokens) is longer than the model's context length (256 tokens).",
+        ),
         ({"input": "x", "model": "nope"}, 404, "model", "does not exist"),
         ({"input": "x", "encoding_format": "int8"}, 400, "encoding_format", "encoding_format"),
         ({"input": "x", "dimensions": 8}, 400, "dimensions", "matryoshka"),
@@ -131,8 +136,9 @@ def test_errors_are_openai_shaped(server, payload, status, param, fragment):
 
 
 def test_malformed_json_is_400(server):
-    r = requests.post(server.base_url + "/v1/embeddings", data=b"{not json", timeout=10,
-                      headers={"content-type": "application/json"})
+    r = requests.post(
+        server.base_url + "/v1/embeddings", data=b"{not json", timeout=10, headers={"content-type": "application/json"}
+    )
     assert r.status_code == 400 and "JSON" in r.json()["error"]["message"]
 
 

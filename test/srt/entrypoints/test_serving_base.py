@@ -41,17 +41,26 @@ def test_embedding_route_runs_the_four_steps():
     tm = FakeTokenizerManager()
     body, result = _run(OpenAIServingEmbedding(tm, "m"), EmbeddingRequest(input=["a", "b"], model="m"))
     assert tm.seen[0].text == ["a", "b"] and result.prompt_tokens == [2, 2]
-    assert orjson.loads(body) == {"object": "list", "data": [
-        {"object": "embedding", "index": 0, "embedding": [1.0]}, {"object": "embedding", "index": 1, "embedding": [1.0]},
-    ], "model": "m", "usage": {"prompt_tokens": 4, "total_tokens": 4}}
+    assert orjson.loads(body) == {
+        "object": "list",
+        "data": [
+            {"object": "embedding", "index": 0, "embedding": [1.0]},
+            {"object": "embedding", "index": 1, "embedding": [1.0]},
+        ],
+        "model": "m",
+        "usage": {"prompt_tokens": 4, "total_tokens": 4},
+    }
 
 
-@pytest.mark.parametrize("request_, kind, param", [
-    (EmbeddingRequest(input="a", model="other"), ErrorKind.MODEL_NOT_FOUND, "model"),
-    (EmbeddingRequest(input=["a"] * 4), ErrorKind.TOO_LARGE, "input"),
-    (EmbeddingRequest(input=[]), ErrorKind.INVALID_REQUEST, "input"),
-    (EmbeddingRequest(input="a", dimensions=8), ErrorKind.INVALID_REQUEST, "dimensions"),
-])
+@pytest.mark.parametrize(
+    "request_, kind, param",
+    [
+        (EmbeddingRequest(input="a", model="other"), ErrorKind.MODEL_NOT_FOUND, "model"),
+        (EmbeddingRequest(input=["a"] * 4), ErrorKind.TOO_LARGE, "input"),
+        (EmbeddingRequest(input=[]), ErrorKind.INVALID_REQUEST, "input"),
+        (EmbeddingRequest(input="a", dimensions=8), ErrorKind.INVALID_REQUEST, "dimensions"),
+    ],
+)
 def test_refusals_never_reach_the_engine(request_, kind, param):
     tm = FakeTokenizerManager()
     with pytest.raises(EmbeddingError) as err:
@@ -64,8 +73,11 @@ def test_refusals_never_reach_the_engine(request_, kind, param):
 def test_classifier_routes_need_a_classifier():
     with pytest.raises(EmbeddingError, match="not a classification model; /v1/classify needs"):
         _run(OpenAIServingClassify(FakeTokenizerManager(), "m"), ClassifyRequest(input="a"))
-    tm = FakeTokenizerManager(payload=b"\x00\x00\x80\x3f\x00\x00\x00\x00",  # float32 [1.0, 0.0]
-                              embeddings_output=OutputKind.LOGITS, labels=("yes", "no"))
+    tm = FakeTokenizerManager(
+        payload=b"\x00\x00\x80\x3f\x00\x00\x00\x00",  # float32 [1.0, 0.0]
+        embeddings_output=OutputKind.LOGITS,
+        labels=("yes", "no"),
+    )
     body, _ = _run(OpenAIServingClassify(tm, "m"), ClassifyRequest(input=[[1, 2]]))
     out = orjson.loads(body)
     assert out["id"] == "classify-rid-1" and out["data"][0]["label"] == "yes" and tm.seen[0].input_ids == [[1, 2]]

@@ -10,8 +10,8 @@ import numpy as np
 from sglang.srt.entrypoints.openai.serving_classify import classify_items, probabilities
 from sglang.srt.entrypoints.openai.serving_rerank import rank
 from sglang.srt.managers.io_struct import TokenizedEmbeddingReqInput
-from sglang.srt.model_executor.forward_io import ForwardOutput
 from sglang.srt.managers.scheduler import Scheduler
+from sglang.srt.model_executor.forward_io import ForwardOutput
 from sglang.srt.server_args import ServerArgs
 
 
@@ -48,13 +48,24 @@ def test_rank_orders_by_logit_and_trims():
 
 def test_scheduler_copies_sparse_rows_into_its_output():
     def forward(reqs):
-        return ForwardOutput(np.zeros((len(reqs), 0), np.float32), np.array([3, 9], np.int32),
-                             np.array([0.5, 1.5], np.float32), np.array([0, 2, 2], np.int64))
+        return ForwardOutput(
+            np.zeros((len(reqs), 0), np.float32),
+            np.array([3, 9], np.int32),
+            np.array([0.5, 1.5], np.float32),
+            np.array([0, 2, 2], np.int64),
+        )
 
     s = Scheduler(ServerArgs(), forward)
-    reqs = [TokenizedEmbeddingReqInput(rid=r, worker_id=0, input_ids=np.arange(3, dtype=np.int32),
-                                       encoding_format="sparse_tei", arrival_time=time.monotonic())
-            for r in ("a", "b")]
+    reqs = [
+        TokenizedEmbeddingReqInput(
+            rid=r,
+            worker_id=0,
+            input_ids=np.arange(3, dtype=np.int32),
+            encoding_format="sparse_tei",
+            arrival_time=time.monotonic(),
+        )
+        for r in ("a", "b")
+    ]
     s.add_requests(reqs)
     out, _ = s.step()
     assert out.error_codes == [0, 0] and out.embeddings.shape == (2, 0)

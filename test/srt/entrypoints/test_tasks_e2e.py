@@ -61,8 +61,9 @@ def classifier(tmp_path_factory):
 @pytest.fixture(scope="module")
 def sparse(tmp_path_factory):
     d = build_tiny_xlm_roberta(str(tmp_path_factory.mktemp("m3")), st_pooling="cls", sparse_linear=True)
-    with ServerProcess("--model-path", d, "--served-model-name", "m3", "--sparse-head", "sparse_linear.pt",
-                       *SERVER_ARGS) as s:
+    with ServerProcess(
+        "--model-path", d, "--served-model-name", "m3", "--sparse-head", "sparse_linear.pt", *SERVER_ARGS
+    ) as s:
         s.model_dir = d
         yield s
 
@@ -78,8 +79,9 @@ def test_rerank_orders_documents_like_transformers(cross_encoder):
     np.testing.assert_allclose([scores[i] for i in range(len(DOCS))], 1 / (1 + np.exp(-logits)), atol=1e-5)
     assert body["results"][0]["document"]["text"] == DOCS[body["results"][0]["index"]]
     assert body["model"] == "ce" and body["usage"]["prompt_tokens"] > 0 and "x-inference-time" in r.headers
-    top = _post(cross_encoder, "/v1/rerank", {"query": QUERY, "documents": DOCS, "top_n": 2,
-                                              "return_documents": False}).json()["results"]
+    top = _post(
+        cross_encoder, "/v1/rerank", {"query": QUERY, "documents": DOCS, "top_n": 2, "return_documents": False}
+    ).json()["results"]
     assert [x["index"] for x in top] == [x["index"] for x in body["results"][:2]] and "document" not in top[0]
 
 
@@ -92,15 +94,18 @@ def test_cross_encoder_classify_and_embeddings_give_its_logit(cross_encoder):
     assert len(emb) == 1 and abs(emb[0] - logit) <= 1e-4
 
 
-@pytest.mark.parametrize("payload, status, param", [
-    ({"query": QUERY, "documents": []}, 400, "documents"),
-    ({"query": QUERY, "documents": DOCS, "top_n": 0}, 400, "top_n"),
-    ({"query": "  ", "documents": DOCS}, 400, "query"),
-    ({"query": QUERY, "documents": ["ok", ""]}, 400, "documents"),
-    ({"query": QUERY, "documents": "not a list"}, 400, "documents"),
-    ({"documents": DOCS}, 400, "query"),
-    ({"query": QUERY, "documents": DOCS, "model": "other"}, 404, "model"),
-])
+@pytest.mark.parametrize(
+    "payload, status, param",
+    [
+        ({"query": QUERY, "documents": []}, 400, "documents"),
+        ({"query": QUERY, "documents": DOCS, "top_n": 0}, 400, "top_n"),
+        ({"query": "  ", "documents": DOCS}, 400, "query"),
+        ({"query": QUERY, "documents": ["ok", ""]}, 400, "documents"),
+        ({"query": QUERY, "documents": "not a list"}, 400, "documents"),
+        ({"documents": DOCS}, 400, "query"),
+        ({"query": QUERY, "documents": DOCS, "model": "other"}, 404, "model"),
+    ],
+)
 def test_rerank_bad_inputs(cross_encoder, payload, status, param):
     _error(_post(cross_encoder, "/v1/rerank", payload), status, param)
 
@@ -119,14 +124,17 @@ def test_classify_labels_match_transformers(classifier):
     assert body["object"] == "list" and body["model"] == "cls" and body["usage"]["prompt_tokens"] > 0
 
 
-@pytest.mark.parametrize("path, payload, status, param", [
-    ("/v1/classify", {"input": []}, 400, "input"),
-    ("/v1/classify", {"input": ""}, 400, "input"),
-    ("/v1/classify", {"input": {"text": "x"}}, 400, "input"),
-    ("/v1/classify", {"input": "x", "model": "other"}, 404, "model"),
-    ("/v1/rerank", {"query": QUERY, "documents": DOCS}, 400, "model"),  # 3 labels: not a reranker
-    ("/embed_sparse", {"inputs": "x"}, 400, "model"),  # no sparse head
-])
+@pytest.mark.parametrize(
+    "path, payload, status, param",
+    [
+        ("/v1/classify", {"input": []}, 400, "input"),
+        ("/v1/classify", {"input": ""}, 400, "input"),
+        ("/v1/classify", {"input": {"text": "x"}}, 400, "input"),
+        ("/v1/classify", {"input": "x", "model": "other"}, 404, "model"),
+        ("/v1/rerank", {"query": QUERY, "documents": DOCS}, 400, "model"),  # 3 labels: not a reranker
+        ("/embed_sparse", {"inputs": "x"}, 400, "model"),  # no sparse head
+    ],
+)
 def test_classifier_bad_inputs(classifier, path, payload, status, param):
     _error(_post(classifier, path, payload), status, param)
 
@@ -158,20 +166,26 @@ def test_embeddings_answer_sparse_dicts(sparse):
     _error(_post(sparse, "/v1/embeddings", {"input": "x", "encoding_format": "base64"}), 400, "encoding_format")
 
 
-@pytest.mark.parametrize("payload, param", [
-    ({"inputs": []}, "inputs"), ({"inputs": [""]}, "input"), ({"inputs": 5}, "inputs"), ({}, "inputs"),
-    ({"inputs": "x", "return_text": "yes"}, "return_text"),
-])
+@pytest.mark.parametrize(
+    "payload, param",
+    [
+        ({"inputs": []}, "inputs"),
+        ({"inputs": [""]}, "input"),
+        ({"inputs": 5}, "inputs"),
+        ({}, "inputs"),
+        ({"inputs": "x", "return_text": "yes"}, "return_text"),
+    ],
+)
 def test_embed_sparse_bad_inputs(sparse, payload, param):
     _error(_post(sparse, "/embed_sparse", payload), 400, param)
     _error(_post(sparse, "/v1/classify", {"input": "x"}), 400, "model")
 
 
 def test_engine_encode_returns_sparse_dicts_for_splade(tmp_path):
-    import sglang
     from sentence_transformers import SparseEncoder
     from transformers import AutoTokenizer
 
+    import sglang
     from test.helpers.tiny_task_models import build_tiny_splade
 
     d = build_tiny_splade(str(tmp_path / "splade"))

@@ -13,6 +13,7 @@ import types
 import pytest
 import torch
 
+from sglang.srt.errors import ConfigError
 from sglang.srt.layers.attention.cpu_kernel_loader import find_compiler
 from sglang.srt.layers.attention.flashinfer_utils import (
     AttnShape,
@@ -22,9 +23,8 @@ from sglang.srt.layers.attention.flashinfer_utils import (
     plan_spec,
     window_mask,
 )
-from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 from sglang.srt.layers.attention.registry import create_attention_backend
-from sglang.srt.errors import ConfigError
+from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 from test.helpers import fake_flashinfer
 from test.helpers.attention_cases import (
     CASES,
@@ -36,6 +36,7 @@ from test.helpers.attention_cases import (
     make_layer,
     reference_attention,
 )
+
 
 # ----- backend selection -----
 def _config(dtype=torch.bfloat16):

@@ -45,7 +45,7 @@ def test_changed_source_gets_its_own_library(cache, tmp_path):
         dst = tmp_path / src.name
         shutil.copy(src, dst)
         copies.append(dst)
-    sources, headers = tuple(copies[:len(loader.SOURCES)]), tuple(copies[len(loader.SOURCES):])
+    sources, headers = tuple(copies[: len(loader.SOURCES)]), tuple(copies[len(loader.SOURCES) :])
     original = loader.build_kernel(sources, headers)
     with open(sources[0], "a") as f:
         f.write("\n/* a change */\n")
@@ -109,8 +109,10 @@ def test_cache_dir_defaults(monkeypatch, tmp_path):
 def test_library_is_usable_from_a_fresh_process(cache):
     """The scheduler process loads what an earlier process built (the usual case after the first run)."""
     built = loader.build_kernel()
-    code = ("import torch\nfrom sglang.srt.layers.attention.cpu_kernel_loader import load_kernel\n"
-            "k, why = load_kernel()\nassert k is not None, why\nprint(k.path)\n")
+    code = (
+        "import torch\nfrom sglang.srt.layers.attention.cpu_kernel_loader import load_kernel\n"
+        "k, why = load_kernel()\nassert k is not None, why\nprint(k.path)\n"
+    )
     env = dict(os.environ, SGLANG_KERNEL_CACHE=str(cache))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr

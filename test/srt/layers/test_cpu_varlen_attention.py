@@ -43,8 +43,20 @@ def _cu(seq_lens):
 
 def _run(kernel, q, k, v, seq_lens, heads, kv_heads, head_dim, causal=False, window=None, **kw):
     out = torch.empty(q.shape[0], heads * head_dim, dtype=q.dtype)
-    return kernel(q, k, v, out, _cu(seq_lens), num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim,
-                  scale=head_dim**-0.5, causal=causal, window=window, **kw)
+    return kernel(
+        q,
+        k,
+        v,
+        out,
+        _cu(seq_lens),
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        scale=head_dim**-0.5,
+        causal=causal,
+        window=window,
+        **kw,
+    )
 
 
 def _error(out, q, k, v, seq_lens, heads, kv_heads, head_dim, causal=False, window=None) -> float:
@@ -71,7 +83,7 @@ def test_bfloat16_is_as_close_as_torch_sdpa(kernel, case):
     sdpa = layer(q, k, v, make_batch(seq_lens, TorchNativeAttnBackend()))
     assert ours.dtype == torch.bfloat16
     ours_err, sdpa_err = (float((x.double() - ref).abs().max()) for x in (ours, sdpa))
-    assert ours_err <= sdpa_err + 2 ** -8, (ours_err, sdpa_err)
+    assert ours_err <= sdpa_err + 2**-8, (ours_err, sdpa_err)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -157,8 +169,20 @@ def test_sequences_over_max_seq_len_are_left_untouched(kernel):
     seq_lens, heads, d = [4, 20, 3], 2, 16
     q, k, v = make_inputs(seq_lens, heads, heads, d, seed=9)
     out = torch.full((sum(seq_lens), heads * d), 7.0)
-    kernel(q, k, v, out, _cu(seq_lens), num_heads=heads, num_kv_heads=heads, head_dim=d, scale=d**-0.5,
-           causal=False, window=None, max_seq_len=10)
+    kernel(
+        q,
+        k,
+        v,
+        out,
+        _cu(seq_lens),
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=d,
+        scale=d**-0.5,
+        causal=False,
+        window=None,
+        max_seq_len=10,
+    )
     assert torch.all(out[4:24] == 7.0)
     ref = reference_attention(q, k, v, seq_lens, heads, heads, d, False, None, d**-0.5)
     for rows in (slice(0, 4), slice(24, 27)):
@@ -191,8 +215,19 @@ def test_rejects_what_it_cannot_read(kernel):
     with pytest.raises(ValueError, match="head layout"):
         _run(kernel, q, k, v, [4], 2, 3, 16)
     with pytest.raises(ValueError, match="int32 CPU tensor"):
-        kernel(q, k, v, torch.empty_like(q), torch.tensor([0, 4]), num_heads=2, num_kv_heads=2, head_dim=16,
-               scale=0.25, causal=False, window=None)
+        kernel(
+            q,
+            k,
+            v,
+            torch.empty_like(q),
+            torch.tensor([0, 4]),
+            num_heads=2,
+            num_kv_heads=2,
+            head_dim=16,
+            scale=0.25,
+            causal=False,
+            window=None,
+        )
     with pytest.raises(ValueError, match=r"within \[0, 4\]"):
         _run(kernel, q, k, v, [3, 2], 2, 2, 16)  # rows 3..5 of a 4-row batch
 

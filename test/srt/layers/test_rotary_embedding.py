@@ -5,21 +5,32 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang.srt.layers.rotary_embedding import RotaryEmbedding, inv_frequencies, rope_parameters
 from sglang.srt.errors import ConfigError
+from sglang.srt.layers.rotary_embedding import RotaryEmbedding, inv_frequencies, rope_parameters
 
 SCALINGS = {
     "linear": {"rope_type": "linear", "factor": 4.0},
-    "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-               "original_max_position_embeddings": 1024},
+    "llama3": {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 1024,
+    },
 }
 
 
 def _config(scaling=None):
     from transformers import LlamaConfig
 
-    return LlamaConfig(hidden_size=512, num_attention_heads=4, head_dim=128, rope_theta=500000.0,
-                       max_position_embeddings=4096, rope_scaling=scaling)
+    return LlamaConfig(
+        hidden_size=512,
+        num_attention_heads=4,
+        head_dim=128,
+        rope_theta=500000.0,
+        max_position_embeddings=4096,
+        rope_scaling=scaling,
+    )
 
 
 @pytest.mark.parametrize("kind", ["default", "linear", "llama3"])
@@ -60,10 +71,15 @@ def test_unknown_scaling_is_a_config_error():
 def _qwen2_vl_text_config():
     from transformers import Qwen2VLConfig
 
-    return Qwen2VLConfig(text_config=dict(
-        hidden_size=128, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-        rope_scaling={"type": "mrope", "mrope_section": [4, 6, 6], "rope_theta": 10000.0},
-    )).text_config
+    return Qwen2VLConfig(
+        text_config=dict(
+            hidden_size=128,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+            rope_scaling={"type": "mrope", "mrope_section": [4, 6, 6], "rope_theta": 10000.0},
+        )
+    ).text_config
 
 
 def test_mrope_matches_transformers_qwen2_vl():

@@ -15,10 +15,16 @@ from sglang.srt.managers.io_struct import BatchEmbeddingOutput
 def _out(emb, formats, dims=None, workers=None, codes=None):
     n = len(emb)
     return BatchEmbeddingOutput(
-        rids=[f"r{i}" for i in range(n)], worker_ids=workers or [0] * n, embeddings=np.asarray(emb, np.float32),
-        prompt_tokens=[2] * n, dimensions=dims or [None] * n, encoding_formats=formats,
-        error_codes=codes or [0] * n, error_messages=[None if not c else "bad" for c in (codes or [0] * n)],
-        queue_times=[0.0] * n, inference_time=0.5,
+        rids=[f"r{i}" for i in range(n)],
+        worker_ids=workers or [0] * n,
+        embeddings=np.asarray(emb, np.float32),
+        prompt_tokens=[2] * n,
+        dimensions=dims or [None] * n,
+        encoding_formats=formats,
+        error_codes=codes or [0] * n,
+        error_messages=[None if not c else "bad" for c in (codes or [0] * n)],
+        queue_times=[0.0] * n,
+        inference_time=0.5,
     )
 
 

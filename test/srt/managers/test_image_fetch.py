@@ -29,17 +29,19 @@ def _same_pixels(img: Image.Image, ref: Image.Image) -> None:
 
 @pytest.fixture(scope="module")
 def server():
-    with ImageServer({
-        "/img.png": PNG,
-        "/to-img": ("redirect", "/img.png"),
-        "/to-https": ("redirect", "https://127.0.0.1:1/img.png"),
-        "/to-file": ("redirect", "file:///etc/hostname"),
-        "/slow.png": ("slow", 3.0, PNG),
-        "/endless.png": ("stream", 4 * 1024 * 1024),
-        "/declared-huge.png": ("declare", 10 ** 9),
-        "/gone.png": 404,
-        "/text": b"this is not an image",
-    }) as s:
+    with ImageServer(
+        {
+            "/img.png": PNG,
+            "/to-img": ("redirect", "/img.png"),
+            "/to-https": ("redirect", "https://127.0.0.1:1/img.png"),
+            "/to-file": ("redirect", "file:///etc/hostname"),
+            "/slow.png": ("slow", 3.0, PNG),
+            "/endless.png": ("stream", 4 * 1024 * 1024),
+            "/declared-huge.png": ("declare", 10**9),
+            "/gone.png": 404,
+            "/text": b"this is not an image",
+        }
+    ) as s:
         yield s
 
 
@@ -59,12 +61,15 @@ def test_url_and_same_scheme_redirect(server):
     _same_pixels(load_image(server.url("/to-img"), LIMITS), ref)
 
 
-@pytest.mark.parametrize("path, message", [
-    ("/to-https", "redirect from http to https URL refused"),
-    ("/to-file", "redirect from http to file URL refused"),
-    ("/gone.png", "answered HTTP 404"),
-    ("/text", "not a PNG, JPEG, WebP or GIF image"),
-])
+@pytest.mark.parametrize(
+    "path, message",
+    [
+        ("/to-https", "redirect from http to https URL refused"),
+        ("/to-file", "redirect from http to file URL refused"),
+        ("/gone.png", "answered HTTP 404"),
+        ("/text", "not a PNG, JPEG, WebP or GIF image"),
+    ],
+)
 def test_url_refusals(server, path, message):
     with pytest.raises(ImageLoadError, match=message):
         load_image(server.url(path), LIMITS)
@@ -74,7 +79,7 @@ def test_url_limits(server):
     with pytest.raises(ImageLoadError, match="took longer than 0.5 s"):
         load_image(server.url("/slow.png"), ImageFetchLimits(timeout=0.5))
     with pytest.raises(ImageLoadError, match="over the limit of 1000000 bytes"):
-        load_image(server.url("/endless.png"), ImageFetchLimits(max_bytes=10 ** 6))
+        load_image(server.url("/endless.png"), ImageFetchLimits(max_bytes=10**6))
     with pytest.raises(ImageLoadError, match="is 1000000000 bytes, over the limit"):
         load_image(server.url("/declared-huge.png"), LIMITS)
 

@@ -26,9 +26,15 @@ def _roundtrip(msg):
 
 def test_tokenized_batch_roundtrip():
     reqs = [
-        TokenizedEmbeddingReqInput(rid="a-0", worker_id=1, input_ids=np.array([101, 7, 102], np.int32),
-                                   token_type_ids=np.array([0, 0, 1], np.int32), dimensions=64,
-                                   encoding_format="base64", arrival_time=12.5),
+        TokenizedEmbeddingReqInput(
+            rid="a-0",
+            worker_id=1,
+            input_ids=np.array([101, 7, 102], np.int32),
+            token_type_ids=np.array([0, 0, 1], np.int32),
+            dimensions=64,
+            encoding_format="base64",
+            arrival_time=12.5,
+        ),
         TokenizedEmbeddingReqInput(rid="a-1", worker_id=1, input_ids=np.array([5], np.int32)),
     ]
     back = _roundtrip(BatchTokenizedEmbeddingReqInput(reqs))
@@ -47,8 +53,14 @@ def test_image_fields_roundtrip_as_raw_frames():
     pixels = rng.standard_normal((32, 1176)).astype(np.float32)
     grid = np.array([[1, 4, 8]], np.int64)
     positions = np.arange(3 * 12, dtype=np.int64).reshape(3, 12)
-    req = TokenizedEmbeddingReqInput(rid="m-0", worker_id=0, input_ids=np.arange(12, dtype=np.int32),
-                                     pixel_values=pixels, image_grid_thw=grid, mrope_positions=positions)
+    req = TokenizedEmbeddingReqInput(
+        rid="m-0",
+        worker_id=0,
+        input_ids=np.arange(12, dtype=np.int32),
+        pixel_values=pixels,
+        image_grid_thw=grid,
+        mrope_positions=positions,
+    )
     frames = encode(BatchTokenizedEmbeddingReqInput([req, TokenizedEmbeddingReqInput("t-0", 0, np.ones(3, np.int32))]))
     assert len(frames[0]) < 2000  # the pixels are a frame of their own, not JSON
     back = decode([bytes(f) for f in frames])
@@ -63,9 +75,16 @@ def test_image_fields_roundtrip_as_raw_frames():
 def test_batch_output_roundtrip_keeps_float32_buffer():
     emb = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
     out = BatchEmbeddingOutput(
-        rids=["x", "y", "z"], worker_ids=[0, 1, 0], embeddings=emb, prompt_tokens=[3, 4, 5],
-        dimensions=[None, 4, None], encoding_formats=["float", "base64", "raw"], error_codes=[0, 0, ErrorKind.INTERNAL],
-        error_messages=[None, None, "boom"], queue_times=[0.1, 0.2, 0.3], inference_time=0.01,
+        rids=["x", "y", "z"],
+        worker_ids=[0, 1, 0],
+        embeddings=emb,
+        prompt_tokens=[3, 4, 5],
+        dimensions=[None, 4, None],
+        encoding_formats=["float", "base64", "raw"],
+        error_codes=[0, 0, ErrorKind.INTERNAL],
+        error_messages=[None, None, "boom"],
+        queue_times=[0.1, 0.2, 0.3],
+        inference_time=0.01,
     )
     back = _roundtrip(out)
     np.testing.assert_array_equal(back.embeddings, emb)
@@ -76,10 +95,17 @@ def test_batch_output_roundtrip_keeps_float32_buffer():
 
 def test_batch_output_roundtrip_keeps_sparse_columns():
     out = BatchEmbeddingOutput(
-        rids=["d", "s1", "s2"], worker_ids=[0, 0, 0], embeddings=np.zeros((3, 4), np.float32), prompt_tokens=[3, 4, 2],
-        dimensions=[None] * 3, encoding_formats=["float", "sparse_tei", "sparse_dict"], error_codes=[0, 0, 0],
-        error_messages=[None] * 3, queue_times=[0.0] * 3,
-        sparse_indices=np.array([7, 19, 4], np.int32), sparse_values=np.array([0.5, 1.25, 2.0], np.float32),
+        rids=["d", "s1", "s2"],
+        worker_ids=[0, 0, 0],
+        embeddings=np.zeros((3, 4), np.float32),
+        prompt_tokens=[3, 4, 2],
+        dimensions=[None] * 3,
+        encoding_formats=["float", "sparse_tei", "sparse_dict"],
+        error_codes=[0, 0, 0],
+        error_messages=[None] * 3,
+        queue_times=[0.0] * 3,
+        sparse_indices=np.array([7, 19, 4], np.int32),
+        sparse_values=np.array([0.5, 1.25, 2.0], np.float32),
         sparse_offsets=np.array([0, 0, 2, 3], np.int64),
     )
     back = _roundtrip(out)
@@ -91,8 +117,15 @@ def test_batch_output_roundtrip_keeps_sparse_columns():
 
 
 def test_result_and_abort_roundtrip():
-    res = BatchEmbeddingResult(rids=["r"], payloads=[b"[1.0,2.0]"], prompt_tokens=[2], error_codes=[0],
-                               error_messages=[None], queue_times=[0.0], inference_time=0.5)
+    res = BatchEmbeddingResult(
+        rids=["r"],
+        payloads=[b"[1.0,2.0]"],
+        prompt_tokens=[2],
+        error_codes=[0],
+        error_messages=[None],
+        queue_times=[0.0],
+        inference_time=0.5,
+    )
     back = _roundtrip(res)
     assert back.payloads == [b"[1.0,2.0]"] and back.inference_time == 0.5
     assert _roundtrip(AbortReq(["a", "b"])).rids == ["a", "b"]
@@ -100,9 +133,19 @@ def test_result_and_abort_roundtrip():
 
 def test_vectors_travel_as_raw_frames_not_json():
     emb = np.ones((2, 1000), np.float32)
-    frames = encode(BatchEmbeddingOutput(
-        rids=["a", "b"], worker_ids=[0, 0], embeddings=emb, prompt_tokens=[1, 1], dimensions=[None, None],
-        encoding_formats=["float"] * 2, error_codes=[0, 0], error_messages=[None, None], queue_times=[0, 0]))
+    frames = encode(
+        BatchEmbeddingOutput(
+            rids=["a", "b"],
+            worker_ids=[0, 0],
+            embeddings=emb,
+            prompt_tokens=[1, 1],
+            dimensions=[None, None],
+            encoding_formats=["float"] * 2,
+            error_codes=[0, 0],
+            error_messages=[None, None],
+            queue_times=[0, 0],
+        )
+    )
     assert len(frames[0]) < 1000  # header only
     assert sum(memoryview(f).nbytes for f in frames[1:]) == emb.nbytes
 

@@ -13,7 +13,7 @@ import torch
 
 from sglang.srt.configs.chat_template import ChatTemplate, load_chat_template
 from sglang.srt.configs.model_info import ModelInfo, VisionInfo
-from sglang.srt.errors import EmbeddingError, ErrorKind
+from sglang.srt.errors import ConfigError, EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import MultimodalItem
 from sglang.srt.managers.multimodal.preparer import MultimodalPreparer
 from sglang.srt.managers.multimodal.processors import (
@@ -23,9 +23,8 @@ from sglang.srt.managers.multimodal.processors import (
     num_image_tokens,
 )
 from sglang.srt.server_args import ServerArgs
-from sglang.srt.errors import ConfigError
-from test.helpers.model_info import make_model_info
 from test.helpers.images import ImageServer, data_uri, encode_image, gradient_image
+from test.helpers.model_info import make_model_info
 from test.helpers.tiny_models import build_tiny_gme
 
 GME_SYSTEM = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
@@ -48,8 +47,17 @@ def test_template_without_image_placeholder_refuses_images():
 
 def test_json_template_file(tmp_path):
     path = tmp_path / "mine.json"
-    path.write_text(json.dumps({"system_message": "Be brief.", "system_template": "[{system_message}]",
-                                "user_template": "Q: {content}\n", "suffix": "<end>", "image_placeholder": "<img>"}))
+    path.write_text(
+        json.dumps(
+            {
+                "system_message": "Be brief.",
+                "system_template": "[{system_message}]",
+                "user_template": "Q: {content}\n",
+                "suffix": "<end>",
+                "image_placeholder": "<img>",
+            }
+        )
+    )
     t = load_chat_template(str(path))
     assert t.name == "mine" and t.render("hi", True) == "[Be brief.]Q: <img>hi\n<end>"
     path.write_text(json.dumps({"user_tmpl": "{content}"}))
@@ -116,10 +124,17 @@ def test_mrope_positions_match_transformers_get_rope_index():
     from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
 
     config = Qwen2VLConfig(
-        text_config=dict(vocab_size=64, hidden_size=16, intermediate_size=16, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1,
-                         rope_scaling={"type": "mrope", "mrope_section": [1, 1, 2]}),
-        vision_config=dict(depth=1, embed_dim=8, num_heads=1, hidden_size=16), image_token_id=9,
+        text_config=dict(
+            vocab_size=64,
+            hidden_size=16,
+            intermediate_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            rope_scaling={"type": "mrope", "mrope_section": [1, 1, 2]},
+        ),
+        vision_config=dict(depth=1, embed_dim=8, num_heads=1, hidden_size=16),
+        image_token_id=9,
     )
     model = Qwen2VLModel(config)
     grids = [np.array([1, 4, 6]), np.array([1, 8, 2])]  # 6 and 4 tokens; wide then tall
@@ -184,8 +199,9 @@ def test_image_processor_pixel_overrides(gme_dir):
 
 
 def test_prepared_items_expand_and_position(gme_dir):
-    text, image, fused = _prepare(_preparer(gme_dir), [MultimodalItem("a cat"), MultimodalItem(image=PNG),
-                                                       MultimodalItem("a cat", PNG)])
+    text, image, fused = _prepare(
+        _preparer(gme_dir), [MultimodalItem("a cat"), MultimodalItem(image=PNG), MultimodalItem("a cat", PNG)]
+    )
     assert text.pixel_values is None and text.mrope_positions is None  # text stays on the 1-D path
     for p in (image, fused):
         assert p.image_grid_thw.tolist() == [[1, 4, 8]] and p.pixel_values.shape == (32, 1176)
@@ -193,25 +209,56 @@ def test_prepared_items_expand_and_position(gme_dir):
     assert len(fused.input_ids) > len(image.input_ids)
 
 
-@pytest.mark.parametrize("items, info_kwargs, args, message", [
-    ([MultimodalItem("ok"), MultimodalItem(image=PNG)], {}, {"chat_template": None},
-     "Item 1: image inputs need a chat template; start the server with --chat-template"),
-    ([MultimodalItem(image=PNG)], {"vision": False}, {}, "Item 0: this model does not take image inputs."),
-    ([MultimodalItem("ok"), MultimodalItem("see <|image_pad|> here")], {}, {},
-     "Item 1: the text contains the image placeholder token."),
-    ([MultimodalItem("x <|image_pad|>", PNG)], {}, {}, "Item 0: the prompt holds 2 image placeholder tokens"),
-    ([MultimodalItem("  ")], {}, {}, "Item 0: needs a non-empty 'text' or an 'image'."),
-    ([MultimodalItem("ok"), MultimodalItem("a cat", PNG)], {"context": 45}, {},
-     "Item 1: the input (50 tokens, 8 of them for the image) is longer than the model's context length "
-     "(45 tokens)."),
-    ([MultimodalItem("a cat", PNG)], {}, {"max_num_tokens": 40},
-     "Item 0: the input (50 tokens, 8 of them for the image) is longer than the server's per-batch token budget"),
-    ([MultimodalItem("ok"), MultimodalItem(image="data:image/png;base64,aGk="), MultimodalItem(image="nope.png")],
-     {}, {}, "Item 1: could not load image: the data is not a PNG, JPEG, WebP or GIF image"),
-    ([MultimodalItem(image="/etc/hostname.png")], {}, {},
-     "Item 0: could not load image: local file paths are disabled (start the server with "
-     "--allowed-local-media-path DIR)"),
-])
+@pytest.mark.parametrize(
+    "items, info_kwargs, args, message",
+    [
+        (
+            [MultimodalItem("ok"), MultimodalItem(image=PNG)],
+            {},
+            {"chat_template": None},
+            "Item 1: image inputs need a chat template; start the server with --chat-template",
+        ),
+        ([MultimodalItem(image=PNG)], {"vision": False}, {}, "Item 0: this model does not take image inputs."),
+        (
+            [MultimodalItem("ok"), MultimodalItem("see <|image_pad|> here")],
+            {},
+            {},
+            "Item 1: the text contains the image placeholder token.",
+        ),
+        ([MultimodalItem("x <|image_pad|>", PNG)], {}, {}, "Item 0: the prompt holds 2 image placeholder tokens"),
+        ([MultimodalItem("  ")], {}, {}, "Item 0: needs a non-empty 'text' or an 'image'."),
+        (
+            [MultimodalItem("ok"), MultimodalItem("a cat", PNG)],
+            {"context": 45},
+            {},
+            "Item 1: the input (50 tokens, 8 of them for the image) is longer than the model's context length "
+            "(45 tokens).",
+        ),
+        (
+            [MultimodalItem("a cat", PNG)],
+            {},
+            {"max_num_tokens": 40},
+            "Item 0: the input (50 tokens, 8 of them for the image) is longer than the server's per-batch token budget",
+        ),
+        (
+            [
+                MultimodalItem("ok"),
+                MultimodalItem(image="data:image/png;base64,aGk="),
+                MultimodalItem(image="nope.png"),
+            ],
+            {},
+            {},
+            "Item 1: could not load image: the data is not a PNG, JPEG, WebP or GIF image",
+        ),
+        (
+            [MultimodalItem(image="/etc/hostname.png")],
+            {},
+            {},
+            "Item 0: could not load image: local file paths are disabled (start the server with "
+            "--allowed-local-media-path DIR)",
+        ),
+    ],
+)
 def test_item_errors_name_the_item(gme_dir, items, info_kwargs, args, message):
     prep = _preparer(gme_dir, _info(gme_dir, **info_kwargs), **args)
     assert _error(prep, items).startswith(message)

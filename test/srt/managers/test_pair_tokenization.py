@@ -9,8 +9,8 @@ import pytest
 from sglang.srt.errors import EmbeddingError
 from sglang.srt.managers.io_struct import EmbeddingReqInput
 from sglang.srt.managers.tokenization import InputTokenizer
-from sglang.srt.utils.hf_tokenizer import load_tokenizer
 from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.hf_tokenizer import load_tokenizer
 from test.helpers.model_info import make_model_info
 
 INFO = make_model_info(max_input_length=12, vocab_size=30522, pair_token_types=True)
@@ -26,11 +26,12 @@ def _tok(hf_tokenizer, info=INFO, **kw) -> InputTokenizer:
 
 
 def test_pairs_are_joined_with_segment_ids(hf_tokenizer):
-    (ids, types), = _tok(hf_tokenizer).tokenize(EmbeddingReqInput(text_pairs=[("hello", "big world")]))
+    ((ids, types),) = _tok(hf_tokenizer).tokenize(EmbeddingReqInput(text_pairs=[("hello", "big world")]))
     assert ids.tolist() == [101, 7592, 102, 2502, 2088, 102]
     assert types.tolist() == [0, 0, 0, 1, 1, 1] and types.dtype.name == "int32"
-    (_, no_types), = _tok(hf_tokenizer, dataclasses.replace(INFO, pair_token_types=False)).tokenize(
-        EmbeddingReqInput(text_pairs=[("hello", "big world")]))
+    ((_, no_types),) = _tok(hf_tokenizer, dataclasses.replace(INFO, pair_token_types=False)).tokenize(
+        EmbeddingReqInput(text_pairs=[("hello", "big world")])
+    )
     assert no_types is None  # RoBERTa-style models: one token type
 
 
@@ -46,6 +47,7 @@ def test_empty_parts_and_long_pairs(hf_tokenizer):
     with pytest.raises(EmbeddingError, match="longer than the model's context length"):
         tok.tokenize(EmbeddingReqInput(text_pairs=[("hello", long_doc)]))
     # --allow-auto-truncate cuts the document, keeping the query and the final [SEP].
-    (ids, types), = _tok(hf_tokenizer, allow_auto_truncate=True).tokenize(
-        EmbeddingReqInput(text_pairs=[("hello", long_doc)]))
+    ((ids, types),) = _tok(hf_tokenizer, allow_auto_truncate=True).tokenize(
+        EmbeddingReqInput(text_pairs=[("hello", long_doc)])
+    )
     assert len(ids) == 12 and ids[:3].tolist() == [101, 7592, 102] and ids[-1] == 102 and len(types) == 12

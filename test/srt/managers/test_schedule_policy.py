@@ -76,7 +76,7 @@ def test_no_starvation_behind_stream_of_short_requests():
     while queue:
         d = next_batch(queue, budget, 0.0)
         served.append(queue[: d.take])
-        queue = queue[d.take:]
+        queue = queue[d.take :]
     assert served[0][0].num_tokens == 90
     assert all(sum(i.num_tokens for i in b) <= 100 for b in served)
 

@@ -31,6 +31,7 @@ def _sum_embed(batches):
     def fn(reqs):
         batches.append([r.num_tokens for r in reqs])
         return np.stack([np.full(4, float(r.num_tokens), np.float32) for r in reqs])
+
     return fn
 
 

@@ -9,7 +9,11 @@ import pytest
 from sglang.srt.errors import ErrorKind
 from sglang.srt.managers.detokenizer_manager import render_output
 from sglang.srt.managers.io_struct import (
-    FORMAT_FLOAT, FORMAT_SPARSE_DICT, FORMAT_SPARSE_TEI, FORMAT_SPARSE_TEI_TEXT, BatchEmbeddingOutput,
+    FORMAT_FLOAT,
+    FORMAT_SPARSE_DICT,
+    FORMAT_SPARSE_TEI,
+    FORMAT_SPARSE_TEI_TEXT,
+    BatchEmbeddingOutput,
 )
 from sglang.srt.managers.sparse_render import TokenTexts, render_sparse
 
@@ -51,11 +55,18 @@ def test_token_texts_load_the_tokenizer_on_first_use():
 
 def test_mixed_batch_renders_dense_and_sparse_rows():
     out = BatchEmbeddingOutput(
-        rids=["dense", "sparse", "failed", "empty"], worker_ids=[0, 1, 0, 0],
-        embeddings=np.array([[1.0, 2.0], [0, 0], [0, 0], [0, 0]], np.float32), prompt_tokens=[2, 3, 1, 1],
-        dimensions=[None] * 4, encoding_formats=[FORMAT_FLOAT, FORMAT_SPARSE_DICT, FORMAT_SPARSE_TEI, FORMAT_SPARSE_TEI],
-        error_codes=[0, 0, ErrorKind.INTERNAL, 0], error_messages=[None, None, "boom", None], queue_times=[0.0] * 4,
-        sparse_indices=IDS, sparse_values=VALUES, sparse_offsets=np.array([0, 0, 3, 3, 3], np.int64),
+        rids=["dense", "sparse", "failed", "empty"],
+        worker_ids=[0, 1, 0, 0],
+        embeddings=np.array([[1.0, 2.0], [0, 0], [0, 0], [0, 0]], np.float32),
+        prompt_tokens=[2, 3, 1, 1],
+        dimensions=[None] * 4,
+        encoding_formats=[FORMAT_FLOAT, FORMAT_SPARSE_DICT, FORMAT_SPARSE_TEI, FORMAT_SPARSE_TEI],
+        error_codes=[0, 0, ErrorKind.INTERNAL, 0],
+        error_messages=[None, None, "boom", None],
+        queue_times=[0.0] * 4,
+        sparse_indices=IDS,
+        sparse_values=VALUES,
+        sparse_offsets=np.array([0, 0, 3, 3, 3], np.int64),
     )
     res = render_output(out)
     assert orjson.loads(res[0].payloads[0]) == [1.0, 2.0]

@@ -7,8 +7,8 @@ import pytest
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import EmbeddingReqInput
 from sglang.srt.managers.tokenization import InputTokenizer
-from sglang.srt.utils.hf_tokenizer import load_tokenizer
 from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.hf_tokenizer import load_tokenizer
 from test.helpers.model_info import make_model_info
 
 INFO = make_model_info(max_input_length=16, vocab_size=30522)
@@ -30,7 +30,7 @@ def _err(fn) -> EmbeddingError:
 
 
 def test_text_gets_special_tokens(hf_tokenizer):
-    (ids, types), = _tok(hf_tokenizer).tokenize(EmbeddingReqInput(text=["hello world"]))
+    ((ids, types),) = _tok(hf_tokenizer).tokenize(EmbeddingReqInput(text=["hello world"]))
     assert ids.tolist() == [101, 7592, 2088, 102] and types is None
 
 
@@ -46,13 +46,13 @@ def test_over_long_text_is_400_with_both_numbers(hf_tokenizer):
 
 
 def test_auto_truncate_cuts_at_the_limit_keeping_sep(hf_tokenizer):
-    (ids, _), = _tok(hf_tokenizer, allow_auto_truncate=True).tokenize(EmbeddingReqInput(text=["word " * 40]))
+    ((ids, _),) = _tok(hf_tokenizer, allow_auto_truncate=True).tokenize(EmbeddingReqInput(text=["word " * 40]))
     assert len(ids) == 16 and ids[-1] == 102
 
 
 def test_token_ids_pass_through_and_are_checked(hf_tokenizer):
     t = _tok(hf_tokenizer)
-    (ids, _), = t.tokenize(EmbeddingReqInput(input_ids=[[5, 6, 7]]))
+    ((ids, _),) = t.tokenize(EmbeddingReqInput(input_ids=[[5, 6, 7]]))
     assert ids.tolist() == [5, 6, 7]
     assert _err(lambda: t.tokenize(EmbeddingReqInput(input_ids=[[5, -1]]))).kind == ErrorKind.INVALID_REQUEST
     e = _err(lambda: t.tokenize(EmbeddingReqInput(input_ids=[[1], [30522]])))
@@ -75,7 +75,7 @@ def test_lone_surrogate_text_is_400_not_a_tokenizer_crash(hf_tokenizer):
     assert e.kind == ErrorKind.INVALID_REQUEST and "index 1" in e.message and "Unicode" in e.message
 
 
-@pytest.mark.parametrize("ids", [[10 ** 30], [1, -(10 ** 25)], [10 ** 5000]])
+@pytest.mark.parametrize("ids", [[10**30], [1, -(10**25)], [10**5000]])
 def test_token_ids_beyond_int64_are_400(hf_tokenizer, ids):
     e = _err(lambda: _tok(hf_tokenizer).tokenize(EmbeddingReqInput(input_ids=[ids])))
     assert e.kind == ErrorKind.INVALID_REQUEST and "outside the vocabulary" in e.message

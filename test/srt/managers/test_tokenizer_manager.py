@@ -14,9 +14,9 @@ from sglang.srt.managers.io_struct import (
     BatchTokenizedEmbeddingReqInput,
     EmbeddingReqInput,
 )
-from sglang.srt.utils.hf_tokenizer import load_tokenizer
 from sglang.srt.managers.tokenizer_manager import TokenizerManager
 from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.hf_tokenizer import load_tokenizer
 from sglang.srt.utils.msgcodec import decode, encode
 from sglang.srt.utils.network import PortArgs, make_socket
 from test.helpers.model_info import make_model_info
@@ -47,9 +47,20 @@ def _recv(sock, timeout_ms=5000):
 def _send_results(detok, rids, payloads, prompt_tokens, queue_times=None, inference_time=0.01, **batch):
     """Play the detokenizer: successful results for `rids`."""
     n = len(rids)
-    detok.send_multipart(encode(BatchEmbeddingResult(
-        rids=rids, payloads=payloads, prompt_tokens=prompt_tokens, error_codes=[0] * n, error_messages=[None] * n,
-        queue_times=queue_times or [0.0] * n, inference_time=inference_time, **batch)))
+    detok.send_multipart(
+        encode(
+            BatchEmbeddingResult(
+                rids=rids,
+                payloads=payloads,
+                prompt_tokens=prompt_tokens,
+                error_codes=[0] * n,
+                error_messages=[None] * n,
+                queue_times=queue_times or [0.0] * n,
+                inference_time=inference_time,
+                **batch,
+            )
+        )
+    )
 
 
 def test_results_resolve_in_order_and_cancel_sends_abort(harness, hf_tokenizer):
@@ -83,9 +94,18 @@ def test_results_resolve_in_order_and_cancel_sends_abort(harness, hf_tokenizer):
         task = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["a", "b"])))
         await asyncio.sleep(0.2)
         queued = _recv(sched)
-        detok.send_multipart(encode(BatchEmbeddingResult(
-            rids=[queued.reqs[0].rid], payloads=[b""], prompt_tokens=[3], error_codes=[ErrorKind.QUEUE_FULL],
-            error_messages=["Embedding request queue is full; retry later."], queue_times=[0.0])))
+        detok.send_multipart(
+            encode(
+                BatchEmbeddingResult(
+                    rids=[queued.reqs[0].rid],
+                    payloads=[b""],
+                    prompt_tokens=[3],
+                    error_codes=[ErrorKind.QUEUE_FULL],
+                    error_messages=["Embedding request queue is full; retry later."],
+                    queue_times=[0.0],
+                )
+            )
+        )
         with pytest.raises(EmbeddingError) as err:
             await asyncio.wait_for(task, 5)
         assert err.value.kind == ErrorKind.QUEUE_FULL
@@ -174,8 +194,17 @@ def test_two_requests_keep_answers_apart_and_metrics_count(harness, hf_tokenizer
         await asyncio.sleep(0.2)
         rids = [_recv(sched).reqs[0].rid for _ in range(2)]
         assert len(set(rids)) == 2  # every input gets a fresh internal id
-        _send_results(detok, rids, [b"[1.0]", b"[2.0]"], [3, 4], queue_times=[0.01, 0.02], inference_time=0.03,
-                      batch_size=2, batch_tokens=7, queue_length=4)
+        _send_results(
+            detok,
+            rids,
+            [b"[1.0]", b"[2.0]"],
+            [3, 4],
+            queue_times=[0.01, 0.02],
+            inference_time=0.03,
+            batch_size=2,
+            batch_tokens=7,
+            queue_length=4,
+        )
         a, b = await asyncio.wait_for(asyncio.gather(first, second), 5)
         assert a.payloads == [b"[1.0]"] and b.payloads == [b"[2.0]"]
         m = tm.metrics

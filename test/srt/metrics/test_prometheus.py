@@ -71,18 +71,25 @@ def test_server_metrics_exposition_moves():
     assert value(fams, "sglang_batch_size_count") == 1 and value(fams, "sglang_batch_size_sum") == 5
     assert value(fams, "sglang_batch_tokens_bucket", le="64.0") == 1
     assert value(fams, "sglang_inference_duration_seconds_bucket", le="0.05") == 1
-    for family in ("sglang_tokenization_duration_seconds", "sglang_queue_duration_seconds",
-                   "sglang_request_duration_seconds", "sglang_http_requests_in_flight"):
+    for family in (
+        "sglang_tokenization_duration_seconds",
+        "sglang_queue_duration_seconds",
+        "sglang_request_duration_seconds",
+        "sglang_http_requests_in_flight",
+    ):
         assert family in fams
 
 
-@pytest.mark.parametrize("bad", [
-    "# TYPE a counter\na_total 1",  # no final newline
-    "# TYPE a gauge\nb 1\n",  # sample outside its family
-    "# TYPE a gauge\na{x=\"1} 1\n",  # broken label
-    "# TYPE h histogram\nh_bucket{le=\"1.0\"} 3\nh_bucket{le=\"+Inf\"} 2\nh_sum 1\nh_count 2\n",  # not cumulative
-    "# TYPE h histogram\nh_bucket{le=\"1.0\"} 1\nh_bucket{le=\"+Inf\"} 2\nh_sum 1\nh_count 3\n",  # count mismatch
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "# TYPE a counter\na_total 1",  # no final newline
+        "# TYPE a gauge\nb 1\n",  # sample outside its family
+        '# TYPE a gauge\na{x="1} 1\n',  # broken label
+        '# TYPE h histogram\nh_bucket{le="1.0"} 3\nh_bucket{le="+Inf"} 2\nh_sum 1\nh_count 2\n',  # not cumulative
+        '# TYPE h histogram\nh_bucket{le="1.0"} 1\nh_bucket{le="+Inf"} 2\nh_sum 1\nh_count 3\n',  # count mismatch
+    ],
+)
 def test_parser_rejects_malformed_text(bad):
     with pytest.raises(AssertionError):
         parse(bad)

@@ -95,18 +95,32 @@ def test_choose_bucket_runs_eagerly_when_it_must():
 def test_gpu_flags_parse_and_validate():
     import argparse
 
-    from sglang.srt.server_args import ServerArgs
     from sglang.srt.errors import ConfigError
+    from sglang.srt.server_args import ServerArgs
 
     parser = argparse.ArgumentParser()
     ServerArgs.add_cli_args(parser)
-    args = ServerArgs.from_cli_args(parser.parse_args(
-        ["--cuda-graph-max-tokens", "512", "--cuda-graph-max-seqs", "8", "--mem-fraction-static", "0.5",
-         "--disable-cuda-graph"]))
+    args = ServerArgs.from_cli_args(
+        parser.parse_args(
+            [
+                "--cuda-graph-max-tokens",
+                "512",
+                "--cuda-graph-max-seqs",
+                "8",
+                "--mem-fraction-static",
+                "0.5",
+                "--disable-cuda-graph",
+            ]
+        )
+    )
     assert (args.cuda_graph_max_tokens, args.cuda_graph_max_seqs, args.mem_fraction_static) == (512, 8, 0.5)
     assert args.disable_cuda_graph
-    for bad in ({"mem_fraction_static": 0.0}, {"mem_fraction_static": 1.5}, {"cuda_graph_max_seqs": 0},
-                {"cuda_graph_max_tokens": 0}):
+    for bad in (
+        {"mem_fraction_static": 0.0},
+        {"mem_fraction_static": 1.5},
+        {"cuda_graph_max_seqs": 0},
+        {"cuda_graph_max_tokens": 0},
+    ):
         with pytest.raises(ConfigError):
             ServerArgs(**bad)
 
@@ -193,9 +207,17 @@ def _graph_runner(monkeypatch, runner, max_tokens=64, max_seqs=4):
 
     backend = FlashInferAttnBackend(types.SimpleNamespace(dtype=torch.float32), torch.device("cpu"))
     backend.bind_layers([m for m in runner.model.modules() if isinstance(m, AttentionLayer)])
-    return CudaGraphRunner(runner.model, backend, runner.model_config.hidden_size, torch.float32,
-                           torch.device("cpu"), max_tokens, max_seqs, capture_fn=rerun_capture,
-                           show_progress=False)
+    return CudaGraphRunner(
+        runner.model,
+        backend,
+        runner.model_config.hidden_size,
+        torch.float32,
+        torch.device("cpu"),
+        max_tokens,
+        max_seqs,
+        capture_fn=rerun_capture,
+        show_progress=False,
+    )
 
 
 def _replays(graph_runner) -> int:
@@ -239,12 +261,14 @@ class WindowedAttentionStack(nn.Module):
         super().__init__()
         self.heads, self.head_dim = heads, head_dim
         self.embed_tokens = nn.Embedding(vocab, heads * head_dim)
-        self.layers = nn.ModuleList([
-            AttentionLayer(heads, head_dim, causal=False),
-            AttentionLayer(heads, head_dim, causal=False, sliding_window=3),
-            AttentionLayer(heads, head_dim, heads // 2, causal=True, sliding_window=4),
-            AttentionLayer(heads, head_dim, causal=False, sliding_window=6),
-        ])
+        self.layers = nn.ModuleList(
+            [
+                AttentionLayer(heads, head_dim, causal=False),
+                AttentionLayer(heads, head_dim, causal=False, sliding_window=3),
+                AttentionLayer(heads, head_dim, heads // 2, causal=True, sliding_window=4),
+                AttentionLayer(heads, head_dim, causal=False, sliding_window=6),
+            ]
+        )
 
     def embed(self, fb):
         return self.embed_tokens(fb.input_ids)
@@ -272,8 +296,9 @@ def test_replay_with_window_masks_matches_eager(monkeypatch):
 
     backend = FlashInferAttnBackend(types.SimpleNamespace(dtype=torch.float32), torch.device("cpu"))
     backend.bind_layers(list(model.layers))
-    graph_runner = CudaGraphRunner(model, backend, 32, torch.float32, torch.device("cpu"), 64, 4,
-                                   capture_fn=rerun_capture, show_progress=False)
+    graph_runner = CudaGraphRunner(
+        model, backend, 32, torch.float32, torch.device("cpu"), 64, 4, capture_fn=rerun_capture, show_progress=False
+    )
     with torch.inference_mode():
         for i, seq_lens in enumerate(MIXED):
             eager = _stack_forward(model, TorchNativeAttnBackend(), seq_lens, i)
@@ -332,8 +357,13 @@ def test_gpu_batch_larger_than_biggest_bucket_runs_eagerly():
 
 @pytest.mark.gpu
 def test_gpu_tiny_decoder_flashinfer_and_graphs(tiny_qwen3):
-    fi = _gpu_runner(model_path=tiny_qwen3, is_embedding=True, attention_backend="flashinfer",
-                     cuda_graph_max_tokens=256, cuda_graph_max_seqs=8)
+    fi = _gpu_runner(
+        model_path=tiny_qwen3,
+        is_embedding=True,
+        attention_backend="flashinfer",
+        cuda_graph_max_tokens=256,
+        cuda_graph_max_seqs=8,
+    )
     tn = _gpu_runner(model_path=tiny_qwen3, is_embedding=True, attention_backend="torch_native")
     graph_runner = fi.graph_runner
     for i, seq_lens in enumerate(MIXED):

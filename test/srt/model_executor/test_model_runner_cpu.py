@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from sglang.srt.utils.hf_tokenizer import load_tokenizer
 from sglang.srt.model_executor.model_runner import ModelRunner, cpu_bf16_units
 from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.hf_tokenizer import load_tokenizer
 from test.helpers.parity import cosine_rows
 from test.helpers.texts import load_texts
 
@@ -26,7 +26,7 @@ def test_bfloat16_vectors_stay_within_0999_of_float32(corpus_ids):
     fp32 = ModelRunner(ServerArgs(device="cpu"))
     bf16 = ModelRunner(ServerArgs(device="cpu", dtype="bfloat16"))
     assert bf16.model_config.dtype == torch.bfloat16
-    batches = [corpus_ids[i:i + 40] for i in range(0, len(corpus_ids), 40)]
+    batches = [corpus_ids[i : i + 40] for i in range(0, len(corpus_ids), 40)]
     ref = np.concatenate([fp32.embed(b) for b in batches])
     got = np.concatenate([bf16.embed(b) for b in batches])
     assert got.dtype == np.float32 and got.shape == ref.shape

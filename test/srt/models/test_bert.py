@@ -87,7 +87,8 @@ def test_token_type_ids_are_used(tmp_path):
 
     model = AutoModel.from_pretrained(d, attn_implementation="eager").eval()
     with torch.no_grad():
-        h = model(input_ids=torch.from_numpy(ids).long()[None],
-                  token_type_ids=torch.from_numpy(types).long()[None]).last_hidden_state
+        h = model(
+            input_ids=torch.from_numpy(ids).long()[None], token_type_ids=torch.from_numpy(types).long()[None]
+        ).last_hidden_state
     ref = F.normalize(h.mean(1), dim=-1).numpy()
     assert relative_error_rows(with_types, ref).max() <= 1e-4

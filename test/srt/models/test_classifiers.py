@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from sglang.srt.configs.model_info import OutputKind
+from sglang.srt.errors import ConfigError
 from sglang.srt.managers.io_struct import EmbeddingReqInput
 from sglang.srt.managers.tokenization import InputTokenizer
 from sglang.srt.server_args import ServerArgs
-from sglang.srt.errors import ConfigError
 from test.helpers.parity import MIXED_TEXTS, make_runner, tokenize_for_runner
 from test.helpers.tiny_task_models import build_tiny_bert_task, build_tiny_decoder_classifier, build_tiny_xlm_roberta
 
@@ -84,9 +84,12 @@ def test_checkpoint_without_head_weights_is_a_config_error(tmp_path):
     from safetensors.torch import load_file, save_file
 
     path = f"{d}/model.safetensors"
-    save_file({k: v for k, v in load_file(path).items() if not k.startswith("classifier.")}, path,
-              metadata={"format": "pt"})
-    with pytest.raises(ConfigError, match="classification head .* lacks weights for: classifier.bias, classifier.weight"):
+    save_file(
+        {k: v for k, v in load_file(path).items() if not k.startswith("classifier.")}, path, metadata={"format": "pt"}
+    )
+    with pytest.raises(
+        ConfigError, match="classification head .* lacks weights for: classifier.bias, classifier.weight"
+    ):
         make_runner(d)
 
 

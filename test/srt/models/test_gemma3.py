@@ -9,7 +9,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from test.helpers.parity import MIXED_TEXTS, hf_decoder_embeddings, make_runner, relative_error_rows, tokenize_for_runner
+from test.helpers.parity import (
+    MIXED_TEXTS,
+    hf_decoder_embeddings,
+    make_runner,
+    relative_error_rows,
+    tokenize_for_runner,
+)
 from test.helpers.tiny_task_models import build_tiny_gemma3
 
 

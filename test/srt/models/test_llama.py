@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from test.helpers.parity import (
-    MIXED_TEXTS as TEXTS, hf_decoder_embeddings, make_runner, relative_error_rows, tokenize_for_runner,
+    MIXED_TEXTS as TEXTS,
+)
+from test.helpers.parity import (
+    hf_decoder_embeddings,
+    make_runner,
+    relative_error_rows,
+    tokenize_for_runner,
 )
 from test.helpers.tiny_models import build_tiny_decoder, build_tiny_llama
 
@@ -14,8 +20,15 @@ ROPE_VARIANTS = {
     "default": {},
     "linear": {"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
     # original_max_position_embeddings of 64 puts head_dim 16's wavelengths in all three bands.
-    "llama3": {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}},
+    "llama3": {
+        "rope_scaling": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        }
+    },
 }
 
 

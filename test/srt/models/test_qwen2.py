@@ -8,7 +8,13 @@ import os
 import numpy as np
 
 from test.helpers.parity import (
-    MIXED_TEXTS as TEXTS, hf_decoder_embeddings, make_runner, relative_error_rows, tokenize_for_runner,
+    MIXED_TEXTS as TEXTS,
+)
+from test.helpers.parity import (
+    hf_decoder_embeddings,
+    make_runner,
+    relative_error_rows,
+    tokenize_for_runner,
 )
 from test.helpers.tiny_models import build_tiny_qwen2
 

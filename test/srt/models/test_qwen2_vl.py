@@ -53,8 +53,9 @@ def ours(gme_dir, runner, items: list[MultimodalItem], image_dir: str) -> tuple[
     """Our request path: MultimodalPreparer -> TokenizedEmbeddingReqInput -> run_requests."""
     from transformers import AutoTokenizer
 
-    args = ServerArgs(model_path=gme_dir, is_embedding=True, chat_template="gme-qwen2-vl",
-                      allowed_local_media_path=image_dir)
+    args = ServerArgs(
+        model_path=gme_dir, is_embedding=True, chat_template="gme-qwen2-vl", allowed_local_media_path=image_dir
+    )
     prep = MultimodalPreparer(args, runner.model_info(), AutoTokenizer.from_pretrained(gme_dir))
     try:
         prepared = asyncio.run(prep.prepare(items))
@@ -74,8 +75,13 @@ def test_detected_as_lasttoken_decoder_with_images(runner, gme_dir):
 
 
 def test_text_image_fused_and_two_image_sizes_in_one_batch(gme_dir, runner, hf_model, images):
-    cases = [("a cat by the river", None), (None, "wide"), ("the red house", "square"), (None, "square"),
-             ("two blue books", "wide")]
+    cases = [
+        ("a cat by the river", None),
+        (None, "wide"),
+        ("the red house", "square"),
+        (None, "square"),
+        ("two blue books", "wide"),
+    ]
     items = [MultimodalItem(text, images[img] if img else None) for text, img in cases]
     got, reqs = ours(gme_dir, runner, items, os.path.dirname(images["wide"]))
     refs = [hf_gme_embedding(gme_dir, hf_model, text, images[img] if img else None) for text, img in cases]
@@ -116,9 +122,16 @@ def test_transformers5_checkpoint_layout_loads(gme_dir, runner, tmp_path, images
     d = str(tmp_path / "v5")
     shutil.copytree(gme_dir, d)
     state = load_file(os.path.join(gme_dir, "model.safetensors"))
-    renamed = {("model." + k if k.startswith("visual.") else
-                k.replace("model.", "model.language_model.", 1) if k.startswith("model.") else k): v
-               for k, v in state.items()}
+    renamed = {
+        (
+            "model." + k
+            if k.startswith("visual.")
+            else k.replace("model.", "model.language_model.", 1)
+            if k.startswith("model.")
+            else k
+        ): v
+        for k, v in state.items()
+    }
     assert any(k.startswith("model.language_model.layers.") for k in renamed)
     save_file(renamed, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
     items = [MultimodalItem("the cat", images["square"])]

@@ -17,7 +17,11 @@ import torch.nn.functional as F
 
 from sglang.srt.model_loader.weight_utils import iterate_weights
 from test.helpers.parity import (
-    MIXED_TEXTS, hf_decoder_embeddings, make_runner, relative_error_rows, tokenize_for_runner,
+    MIXED_TEXTS,
+    hf_decoder_embeddings,
+    make_runner,
+    relative_error_rows,
+    tokenize_for_runner,
 )
 from test.helpers.tiny_models import build_tiny_qwen3
 

@@ -8,24 +8,31 @@ import pytest
 import torch
 
 from sglang.srt.configs.model_info import OutputKind
+from sglang.srt.errors import ConfigError
 from sglang.srt.managers.io_struct import (
-    FORMAT_FLOAT, FORMAT_SPARSE_DICT, FORMAT_SPARSE_TEI, TokenizedEmbeddingReqInput,
+    FORMAT_FLOAT,
+    FORMAT_SPARSE_DICT,
+    FORMAT_SPARSE_TEI,
+    TokenizedEmbeddingReqInput,
 )
 from sglang.srt.model_executor.forward_io import ForwardOutput
-from sglang.srt.errors import ConfigError
 from test.helpers.parity import MIXED_TEXTS, make_runner, tokenize_for_runner
 from test.helpers.tiny_task_models import build_tiny_splade, build_tiny_xlm_roberta, write_sparse_linear
 
 
 def _requests(ids: list[np.ndarray], formats: list[str]) -> list[TokenizedEmbeddingReqInput]:
-    return [TokenizedEmbeddingReqInput(rid=str(i), worker_id=0, input_ids=x, encoding_format=f)
-            for i, (x, f) in enumerate(zip(ids, formats))]
+    return [
+        TokenizedEmbeddingReqInput(rid=str(i), worker_id=0, input_ids=x, encoding_format=f)
+        for i, (x, f) in enumerate(zip(ids, formats))
+    ]
 
 
 def _rows(out: ForwardOutput) -> list[dict[int, float]]:
     o = out.sparse_offsets
-    return [dict(zip(out.sparse_indices[o[i]:o[i + 1]].tolist(), out.sparse_values[o[i]:o[i + 1]].tolist()))
-            for i in range(len(o) - 1)]
+    return [
+        dict(zip(out.sparse_indices[o[i] : o[i + 1]].tolist(), out.sparse_values[o[i] : o[i + 1]].tolist()))
+        for i in range(len(o) - 1)
+    ]
 
 
 def _bge_m3_reference(model_dir: str, ids: list[np.ndarray]) -> list[dict[int, float]]:

@@ -12,8 +12,8 @@ import time
 import pytest
 
 from sglang.srt.entrypoints.engine_processes import EngineProcesses, describe_exit
-from sglang.srt.server_args import ServerArgs
 from sglang.srt.errors import ConfigError
+from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.process import mark_stopping, prepare_child_process, stop_requested
 from test.helpers.procs import is_running, wait_for
 
@@ -85,11 +85,18 @@ def test_exit_codes_in_words():
     assert describe_exit(None) == "still running"
 
 
-@pytest.mark.parametrize("target,timeout,fragment", [
-    (_killed_while_loading, 60.0, "The scheduler process exited during start-up (killed by SIGKILL (possibly "
-                                  "the kernel's out-of-memory killer))"),
-    (_never_ready, 0.5, "The scheduler process did not start within"),
-])
+@pytest.mark.parametrize(
+    "target,timeout,fragment",
+    [
+        (
+            _killed_while_loading,
+            60.0,
+            "The scheduler process exited during start-up (killed by SIGKILL (possibly "
+            "the kernel's out-of-memory killer))",
+        ),
+        (_never_ready, 0.5, "The scheduler process did not start within"),
+    ],
+)
 def test_start_up_failures_end_in_one_clear_error(target, timeout, fragment):
     engine = EngineProcesses(ServerArgs(startup_timeout=timeout))
     ctx = mp.get_context("spawn")

@@ -30,11 +30,14 @@ class _Boom:
         return (os.system, ("touch /tmp/sglang-pickle-was-executed",))
 
 
-@pytest.mark.parametrize("frames", [
-    [pickle.dumps(_Boom())],
-    [orjson.dumps({"__t__": "_Boom"})],
-    [orjson.dumps({"__t__": "AbortReq", "rids": {"__t__": "posix.system"}})],
-])
+@pytest.mark.parametrize(
+    "frames",
+    [
+        [pickle.dumps(_Boom())],
+        [orjson.dumps({"__t__": "_Boom"})],
+        [orjson.dumps({"__t__": "AbortReq", "rids": {"__t__": "posix.system"}})],
+    ],
+)
 def test_only_registered_messages_decode(frames):
     with pytest.raises(Exception):
         msgcodec.decode(frames)

@@ -61,8 +61,9 @@ class JinjaChatTemplate:
         def raise_exception(message: str) -> None:
             raise jinja2.exceptions.TemplateError(message)
 
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                            extensions=["jinja2.ext.loopcontrols"])
+        env = ImmutableSandboxedEnvironment(
+            trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+        )
         env.globals["raise_exception"] = raise_exception
         try:
             self.template = env.from_string(source)
@@ -87,15 +88,17 @@ def chat_template_names() -> list[str]:
 
 
 # GME (Alibaba-NLP/gme-Qwen2-VL-*-Instruct), as its gme_inference.py builds each input.
-register_chat_template(ChatTemplate(
-    name="gme-qwen2-vl",
-    system_message="You are a helpful assistant.",
-    system_template="<|im_start|>system\n{system_message}<|im_end|>\n",
-    user_template="<|im_start|>user\n{content}<|im_end|>\n",
-    assistant_prefix="<|im_start|>assistant\n",
-    suffix="<|endoftext|>",
-    image_placeholder="<|vision_start|><|image_pad|><|vision_end|>",
-))
+register_chat_template(
+    ChatTemplate(
+        name="gme-qwen2-vl",
+        system_message="You are a helpful assistant.",
+        system_template="<|im_start|>system\n{system_message}<|im_end|>\n",
+        user_template="<|im_start|>user\n{content}<|im_end|>\n",
+        assistant_prefix="<|im_start|>assistant\n",
+        suffix="<|endoftext|>",
+        image_placeholder="<|vision_start|><|image_pad|><|vision_end|>",
+    )
+)
 
 
 def load_chat_template(name_or_path: str) -> PromptTemplate:
@@ -104,8 +107,10 @@ def load_chat_template(name_or_path: str) -> PromptTemplate:
         return _TEMPLATES[name_or_path]
     path = os.path.expanduser(name_or_path)
     if not os.path.isfile(path):
-        raise ConfigError(f"--chat-template '{name_or_path}' is neither a known template "
-                          f"({', '.join(chat_template_names())}) nor a file")
+        raise ConfigError(
+            f"--chat-template '{name_or_path}' is neither a known template "
+            f"({', '.join(chat_template_names())}) nor a file"
+        )
     try:
         with open(path, encoding="utf-8") as f:
             source = f.read()
@@ -125,6 +130,8 @@ def load_chat_template(name_or_path: str) -> PromptTemplate:
     fields = {f.name for f in dataclasses.fields(ChatTemplate)}
     unknown = sorted(set(data) - fields)
     if unknown or not all(isinstance(v, str) for v in data.values()):
-        raise ConfigError(f"Chat template file {path}: fields must be strings among {', '.join(sorted(fields))}"
-                          + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
+        raise ConfigError(
+            f"Chat template file {path}: fields must be strings among {', '.join(sorted(fields))}"
+            + (f"; unknown: {', '.join(unknown)}" if unknown else "")
+        )
     return ChatTemplate(**{"name": stem, **data})

@@ -15,8 +15,8 @@ from sglang.srt.configs.sentence_transformers import (
     SentenceTransformersInfo,
     read_sentence_transformers_info,
 )
-from sglang.srt.server_args import ServerArgs
 from sglang.srt.errors import ConfigError
+from sglang.srt.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
 
@@ -26,8 +26,10 @@ NOT_EMBEDDING_MESSAGE = (
 )
 
 _DTYPES = {
-    "float32": torch.float32, "float": torch.float32,
-    "float16": torch.float16, "half": torch.float16,
+    "float32": torch.float32,
+    "float": torch.float32,
+    "float16": torch.float16,
+    "half": torch.float16,
     "bfloat16": torch.bfloat16,
 }
 
@@ -148,8 +150,10 @@ def matryoshka_settings(hf_config, width: int) -> tuple[bool, Optional[list[int]
     if flag is not None and not isinstance(flag, bool):
         raise ConfigError(f"is_matryoshka must be true or false, not {flag!r}")
     if dims is not None:
-        valid = isinstance(dims, (list, tuple)) and len(dims) > 0 and all(
-            isinstance(d, int) and not isinstance(d, bool) and 0 < d <= width for d in dims
+        valid = (
+            isinstance(dims, (list, tuple))
+            and len(dims) > 0
+            and all(isinstance(d, int) and not isinstance(d, bool) and 0 < d <= width for d in dims)
         )
         if not valid:
             raise ConfigError(
@@ -172,8 +176,9 @@ def _context_length(requested: Optional[int], hf_config, st_info: SentenceTransf
                 raise ConfigError(
                     f"--context-length {requested} exceeds the model's {position_limit} position embeddings"
                 )
-            logger.warning("--context-length %d is beyond the %d positions the model was trained on",
-                           requested, position_limit)
+            logger.warning(
+                "--context-length %d is beyond the %d positions the model was trained on", requested, position_limit
+            )
         return requested
     candidates = [x for x in (st_info.max_seq_length, position_limit) if x]
     if not candidates:

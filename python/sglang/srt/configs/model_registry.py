@@ -49,13 +49,25 @@ class ModelSpec:
         return int(getattr(hf_config, "pad_token_id", 1) or 0) + 1
 
 
-_BERT = ModelSpec("bert", "BertModel", is_encoder=True, default_pooling="cls", absolute_positions=True,
-                  mlm_head="bert")
+_BERT = ModelSpec("bert", "BertModel", is_encoder=True, default_pooling="cls", absolute_positions=True, mlm_head="bert")
 # RoBERTa and XLM-RoBERTa (bge-m3, multilingual-e5): BERT with positions numbered from padding_idx + 1.
-_ROBERTA = ModelSpec("xlm_roberta", "XLMRobertaModel", is_encoder=True, default_pooling="cls",
-                     absolute_positions=True, padding_offset=1, mlm_head="roberta")
-_GEMMA3 = ModelSpec("gemma3", "Gemma3Model", is_encoder=False, default_pooling="lasttoken",
-                    absolute_positions=False, bidirectional_flag="use_bidirectional_attention")
+_ROBERTA = ModelSpec(
+    "xlm_roberta",
+    "XLMRobertaModel",
+    is_encoder=True,
+    default_pooling="cls",
+    absolute_positions=True,
+    padding_offset=1,
+    mlm_head="roberta",
+)
+_GEMMA3 = ModelSpec(
+    "gemma3",
+    "Gemma3Model",
+    is_encoder=False,
+    default_pooling="lasttoken",
+    absolute_positions=False,
+    bidirectional_flag="use_bidirectional_attention",
+)
 
 
 def _decoder(module: str, class_name: str) -> ModelSpec:
@@ -69,8 +81,14 @@ _QWEN2 = _decoder("decoder", "Qwen2Model")
 _LLAMA = _decoder("decoder", "LlamaModel")
 _MISTRAL = _decoder("decoder", "MistralModel")
 # GME (gme-Qwen2-VL-*-Instruct): vision tower + the Qwen2 decoder with M-RoPE, last-token pooling.
-_QWEN2_VL = ModelSpec("qwen2_vl", "Qwen2VLForConditionalGeneration", is_encoder=False,
-                      default_pooling="lasttoken", absolute_positions=False, image_inputs=True)
+_QWEN2_VL = ModelSpec(
+    "qwen2_vl",
+    "Qwen2VLForConditionalGeneration",
+    is_encoder=False,
+    default_pooling="lasttoken",
+    absolute_positions=False,
+    image_inputs=True,
+)
 
 _MODELS: dict[str, ModelSpec] = {
     "BertModel": _BERT,

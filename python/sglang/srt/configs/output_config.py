@@ -69,33 +69,43 @@ def _linear_head_path(requested: str, model_dir: str) -> str:
     if not os.path.isabs(path):
         path = os.path.join(model_dir, path)
     if not os.path.isfile(path):
-        raise ConfigError(f"--sparse-head {requested}: no such file (relative paths are taken from the "
-                          f"model directory {model_dir})")
+        raise ConfigError(
+            f"--sparse-head {requested}: no such file (relative paths are taken from the model directory {model_dir})"
+        )
     return path
 
 
 def _splade(spec, architecture: str, st_info: SentenceTransformersInfo) -> SparseHeadConfig:
     if spec.mlm_head is None:
-        raise ConfigError(f"SPLADE needs a masked-LM head; {architecture} checkpoints have none "
-                          "(supported: BERT, RoBERTa and XLM-RoBERTa families)")
+        raise ConfigError(
+            f"SPLADE needs a masked-LM head; {architecture} checkpoints have none "
+            "(supported: BERT, RoBERTa and XLM-RoBERTa families)"
+        )
     return SparseHeadConfig("splade", mlm_naming=spec.mlm_head, pooling=st_info.splade or SpladePoolingSpec())
 
 
-def resolve_output(sparse_head: Optional[str], model_dir: str, text_config, spec, architecture: str,
-                   st_info: SentenceTransformersInfo) -> OutputConfig:
+def resolve_output(
+    sparse_head: Optional[str], model_dir: str, text_config, spec, architecture: str, st_info: SentenceTransformersInfo
+) -> OutputConfig:
     if spec.is_classifier:
         if sparse_head:
             raise ConfigError(f"--sparse-head does not apply to {architecture}, a classification checkpoint")
         labels = _labels(text_config)
         if not labels:
             raise ConfigError(f"{architecture} checkpoint in {model_dir} declares no labels (num_labels)")
-        return OutputConfig(OutputKind.LOGITS, classifier=spec.classifier, labels=labels,
-                            problem_type=getattr(text_config, "problem_type", None),
-                            pair_token_types=int(getattr(text_config, "type_vocab_size", 0) or 0) > 1)
+        return OutputConfig(
+            OutputKind.LOGITS,
+            classifier=spec.classifier,
+            labels=labels,
+            problem_type=getattr(text_config, "problem_type", None),
+            pair_token_types=int(getattr(text_config, "type_vocab_size", 0) or 0) > 1,
+        )
     if sparse_head == "splade":
         return OutputConfig(OutputKind.SPARSE, sparse=_splade(spec, architecture, st_info))
     if sparse_head:
-        return OutputConfig(OutputKind.SPARSE, sparse=SparseHeadConfig("linear", _linear_head_path(sparse_head, model_dir)))
+        return OutputConfig(
+            OutputKind.SPARSE, sparse=SparseHeadConfig("linear", _linear_head_path(sparse_head, model_dir))
+        )
     if st_info.splade is not None:
         return OutputConfig(OutputKind.SPARSE, sparse=_splade(spec, architecture, st_info))
     bundled = os.path.join(model_dir, BGE_M3_SPARSE_FILE)

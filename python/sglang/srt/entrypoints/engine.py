@@ -80,7 +80,10 @@ class Engine:
             payloads += result.payloads
             prompt_tokens += result.prompt_tokens
         out = [
-            {"embedding": _sparse_payload(p) if sparse else payload_to_array(p).tolist(), "meta_info": {"prompt_tokens": n}}
+            {
+                "embedding": _sparse_payload(p) if sparse else payload_to_array(p).tolist(),
+                "meta_info": {"prompt_tokens": n},
+            }
             for p, n in zip(payloads, prompt_tokens)
         ]
         return out[0] if single else out

@@ -15,10 +15,10 @@ from multiprocessing.connection import wait as mp_wait
 from typing import Callable, Optional
 
 from sglang.srt.configs.model_info import ModelInfo
+from sglang.srt.errors import ConfigError
 from sglang.srt.managers.detokenizer_manager import run_detokenizer_process
 from sglang.srt.managers.scheduler_process import run_scheduler_process
 from sglang.srt.server_args import ServerArgs
-from sglang.srt.errors import ConfigError
 from sglang.srt.utils.network import PortArgs
 from sglang.srt.utils.process import ENGINE_DEAD_SIGNAL, mark_stopping, terminate_processes
 
@@ -48,8 +48,10 @@ class EngineProcesses:
             for name, target in targets:
                 reader, writer = ctx.Pipe(duplex=False)
                 proc = ctx.Process(
-                    target=target, name=f"sglang-{name}",
-                    args=(self.server_args, self.port_args, writer, os.getpid()), daemon=True,
+                    target=target,
+                    name=f"sglang-{name}",
+                    args=(self.server_args, self.port_args, writer, os.getpid()),
+                    daemon=True,
                 )
                 proc.start()
                 writer.close()
@@ -75,8 +77,10 @@ class EngineProcesses:
         for worker_id in range(1, self.server_args.tokenizer_worker_num):
             reader, writer = ctx.Pipe(duplex=False)
             proc = ctx.Process(
-                target=worker_entry, name=f"sglang-http-{worker_id}",
-                args=(self.server_args, self.port_args, model_info, worker_id, writer, os.getpid()), daemon=True,
+                target=worker_entry,
+                name=f"sglang-http-{worker_id}",
+                args=(self.server_args, self.port_args, model_info, worker_id, writer, os.getpid()),
+                daemon=True,
             )
             proc.start()
             writer.close()
@@ -98,8 +102,9 @@ class EngineProcesses:
                     msg = reader.recv()
                 except EOFError:  # it died before saying anything: say how
                     proc.join(5.0)
-                    raise ConfigError(f"The {name} process exited during start-up "
-                                      f"({describe_exit(proc.exitcode)})") from None
+                    raise ConfigError(
+                        f"The {name} process exited during start-up ({describe_exit(proc.exitcode)})"
+                    ) from None
                 if msg.get("status") == "ready":
                     return msg
                 raise ConfigError(msg.get("message", f"the {name} process failed to start"))
@@ -173,7 +178,6 @@ class EngineProcesses:
         mark_stopping(self.port_args.ipc_dir)
         terminate_processes([p for p in self.procs if p not in self.http_procs])
         self.port_args.cleanup()
-
 
 
 def describe_exit(code: Optional[int]) -> str:

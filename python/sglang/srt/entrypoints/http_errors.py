@@ -47,12 +47,23 @@ class HttpError:
     @classmethod
     def of(cls, err: EmbeddingError, headers: Optional[dict[str, str]] = None) -> "HttpError":
         """`err` mapped to HTTP; `headers` adds what only the edge knows (Connection: close, ...)."""
-        return cls(HTTP_STATUS[err.kind], err.message, err.param, err.code,
-                   {**KIND_HEADERS.get(err.kind, {}), **(headers or {})})
+        return cls(
+            HTTP_STATUS[err.kind],
+            err.message,
+            err.param,
+            err.code,
+            {**KIND_HEADERS.get(err.kind, {}), **(headers or {})},
+        )
 
     def to_dict(self) -> dict:
-        return {"error": {"message": self.message, "type": openai_error_type(self.status), "param": self.param,
-                          "code": self.code}}
+        return {
+            "error": {
+                "message": self.message,
+                "type": openai_error_type(self.status),
+                "param": self.param,
+                "code": self.code,
+            }
+        }
 
     def body(self) -> bytes:
         return orjson.dumps(self.to_dict())

@@ -27,7 +27,12 @@ from sglang.srt.entrypoints.openai.serving_embedding import OpenAIServingEmbeddi
 from sglang.srt.entrypoints.openai.serving_rerank import OpenAIServingRerank
 from sglang.srt.entrypoints.openai.serving_sparse import ServingSparseEmbedding
 from sglang.srt.entrypoints.openai.task_protocol import (
-    ClassifyRequest, ClassifyResponse, RerankRequest, RerankResponse, SparseEmbedRequest, SparseValue,
+    ClassifyRequest,
+    ClassifyResponse,
+    RerankRequest,
+    RerankResponse,
+    SparseEmbedRequest,
+    SparseValue,
 )
 from sglang.srt.entrypoints.uvicorn_server import on_loop
 from sglang.srt.errors import EmbeddingError, ErrorKind
@@ -63,8 +68,10 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, Optional[str]
     if loc and loc[0] == "input":
         if first.get("type") == "value_error":  # EmbeddingRequest's own check of {"text", "image"} items
             return str(first.get("msg", "")).removeprefix("Value error, "), "input"
-        return ("'input' must be a string, a list of strings, a list of token ids, a list of token-id lists, "
-                'or a list of {"text", "image"} objects.'), "input"
+        return (
+            "'input' must be a string, a list of strings, a list of token ids, a list of token-id lists, "
+            'or a list of {"text", "image"} objects.'
+        ), "input"
     where = ".".join(loc) if loc else "body"
     return f"Invalid request: {where}: {first.get('msg', 'invalid value')}", (loc[0] if loc else None)
 
@@ -105,9 +112,14 @@ async def cancel_on_disconnect(raw: Request, work: Awaitable[T]) -> T:
         watcher.cancel()
 
 
-def create_app(server_args: ServerArgs, port_args: PortArgs, model_info: ModelInfo,
-               engine_alive: Callable[[], bool] = lambda: True, worker_id: int = 0,
-               on_ready: Optional[Callable[[], None]] = None) -> FastAPI:
+def create_app(
+    server_args: ServerArgs,
+    port_args: PortArgs,
+    model_info: ModelInfo,
+    engine_alive: Callable[[], bool] = lambda: True,
+    worker_id: int = 0,
+    on_ready: Optional[Callable[[], None]] = None,
+) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         # Sockets belong to the serving event loop, so the manager is made inside it.
@@ -165,18 +177,29 @@ def create_app(server_args: ServerArgs, port_args: PortArgs, model_info: ModelIn
 
     @app.get("/v1/models", response_model=ModelList)
     async def models():
-        card = ModelCard(id=server_args.served_model_name, created=created, root=server_args.model_path,
-                         max_model_len=model_info.max_input_length)
+        card = ModelCard(
+            id=server_args.served_model_name,
+            created=created,
+            root=server_args.model_path,
+            max_model_len=model_info.max_input_length,
+        )
         return json_response(ModelList(data=[card]).model_dump())
 
     @app.get("/model_info")
     @app.get("/get_model_info", include_in_schema=False)
     async def get_model_info():
-        return json_response({**model_info.to_dict(), "is_embedding": True, "is_generation": False,
-                              "tokenizer_path": server_args.tokenizer_path})
+        return json_response(
+            {
+                **model_info.to_dict(),
+                "is_embedding": True,
+                "is_generation": False,
+                "tokenizer_path": server_args.tokenizer_path,
+            }
+        )
 
-    async def serve_task(raw: Request, work: Callable[[Optional[str]], Awaitable],
-                         log_fields: Optional[dict] = None) -> Response:
+    async def serve_task(
+        raw: Request, work: Callable[[Optional[str]], Awaitable], log_fields: Optional[dict] = None
+    ) -> Response:
         """Run one inference route: cancelled on disconnect, timed, logged, timing headers set."""
         # The middleware stamped the request's arrival and id (echoed as x-request-id).
         state = request_state(raw.scope)
@@ -184,13 +207,20 @@ def create_app(server_args: ServerArgs, port_args: PortArgs, model_info: ModelIn
         fields = state["log_fields"] = log_fields if log_fields is not None else {}
         body, result = await cancel_on_disconnect(raw, work(state.get("request_id")))
         fields.setdefault("inputs", len(result.payloads))
-        fields.update(prompt_tokens=sum(result.prompt_tokens), tokenize_ms=round(result.tokenize_time * 1000, 2),
-                      queue_ms=round(result.queue_time * 1000, 2), inference_ms=round(result.inference_time * 1000, 2))
-        return json_response(body, headers={
-            "x-queue-time": f"{result.queue_time * 1000:.2f}",
-            "x-inference-time": f"{result.inference_time * 1000:.2f}",
-            "x-total-time": f"{(time.monotonic() - start) * 1000:.2f}",
-        })
+        fields.update(
+            prompt_tokens=sum(result.prompt_tokens),
+            tokenize_ms=round(result.tokenize_time * 1000, 2),
+            queue_ms=round(result.queue_time * 1000, 2),
+            inference_ms=round(result.inference_time * 1000, 2),
+        )
+        return json_response(
+            body,
+            headers={
+                "x-queue-time": f"{result.queue_time * 1000:.2f}",
+                "x-inference-time": f"{result.inference_time * 1000:.2f}",
+                "x-total-time": f"{(time.monotonic() - start) * 1000:.2f}",
+            },
+        )
 
     @app.post("/v1/embeddings", responses=_ERROR_RESPONSES)
     async def embeddings(request: EmbeddingRequest, raw: Request):

@@ -19,8 +19,9 @@ from sglang.srt.utils.network import PortArgs
 from sglang.srt.utils.process import ENGINE_DEAD_SIGNAL, set_parent_death_signal, set_process_name, watch_parent
 
 
-def run_http_worker_process(server_args: ServerArgs, port_args: PortArgs, model_info: ModelInfo, worker_id: int,
-                            ready_pipe, parent_pid: int) -> None:
+def run_http_worker_process(
+    server_args: ServerArgs, port_args: PortArgs, model_info: ModelInfo, worker_id: int, ready_pipe, parent_pid: int
+) -> None:
     """An extra HTTP + tokenizer process (worker_id >= 1)."""
     # Ctrl-C reaches the whole process group; the parent stops us with SIGTERM (a graceful drain).
     signal.signal(signal.SIGINT, signal.SIG_IGN)

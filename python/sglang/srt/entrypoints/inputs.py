@@ -44,7 +44,9 @@ def _item(x: Union[dict, MultimodalEmbeddingInput]) -> MultimodalItem:
         return MultimodalItem(text=x.text, image=x.image)
     unknown = set(x) - {"text", "image"}
     if unknown or not (x.get("text") or x.get("image")):
-        raise EmbeddingError(ErrorKind.INVALID_REQUEST,
-                             'A multimodal input is {"text": ..., "image": ...} with at least one of the two.',
-                             param="input")
+        raise EmbeddingError(
+            ErrorKind.INVALID_REQUEST,
+            'A multimodal input is {"text": ..., "image": ...} with at least one of the two.',
+            param="input",
+        )
     return MultimodalItem(text=x.get("text"), image=x.get("image"))

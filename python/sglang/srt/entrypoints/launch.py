@@ -12,8 +12,8 @@ from sglang.srt.entrypoints.engine_processes import EngineProcesses
 from sglang.srt.entrypoints.http_server import create_app, engine_died, start_draining
 from sglang.srt.entrypoints.http_worker import run_http_worker_process
 from sglang.srt.entrypoints.uvicorn_server import make_listen_socket, make_server, serve
-from sglang.srt.server_args import ServerArgs
 from sglang.srt.errors import ConfigError
+from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.logging_utils import configure_logging
 
 logger = logging.getLogger(__name__)
@@ -55,6 +55,5 @@ def launch_server(server_args: ServerArgs) -> int:
         sock.close()
         engine.shutdown()
     if exit_code:
-        logger.error("the embedding engine died; exiting with status %d so a supervisor restarts the server",
-                     exit_code)
+        logger.error("the embedding engine died; exiting with status %d so a supervisor restarts the server", exit_code)
     return exit_code

@@ -78,8 +78,9 @@ class RequestContext:
     """Gives every request an id (the client's `x-request-id` when sane, else a uuid4 hex) that is
     echoed on every response, counts responses by route and status, and writes the request line."""
 
-    def __init__(self, app: ASGIApp, metrics: ServerMetrics, routes: Callable[[], set[str]],
-                 log_requests: bool = False) -> None:
+    def __init__(
+        self, app: ASGIApp, metrics: ServerMetrics, routes: Callable[[], set[str]], log_requests: bool = False
+    ) -> None:
         self.app = app
         self.metrics = metrics
         self.routes = routes
@@ -113,9 +114,14 @@ class RequestContext:
             outcome = "cancelled"
             if status[0] is None:
                 try:
-                    await send_error(send_with_id, EmbeddingError(
-                        ErrorKind.UNAVAILABLE, "The server shut down before this request finished (--graceful-timeout)."),
-                        CLOSE)
+                    await send_error(
+                        send_with_id,
+                        EmbeddingError(
+                            ErrorKind.UNAVAILABLE,
+                            "The server shut down before this request finished (--graceful-timeout).",
+                        ),
+                        CLOSE,
+                    )
                 except Exception:
                     pass
             raise
@@ -135,8 +141,12 @@ class RequestContext:
     def _log(scope: Scope, rid: str, route: str, path: str, code: str, elapsed: float, state: dict) -> None:
         client = scope.get("client")
         fields: dict[str, Any] = {
-            "request_id": rid, "method": scope.get("method"), "route": route, "status": int(code) if code.isdigit()
-            else code, "client": client[0] if client else None, "total_ms": round(elapsed * 1000, 2),
+            "request_id": rid,
+            "method": scope.get("method"),
+            "route": route,
+            "status": int(code) if code.isdigit() else code,
+            "client": client[0] if client else None,
+            "total_ms": round(elapsed * 1000, 2),
         }
         if route == UNMATCHED_ROUTE:
             fields["path"] = path[:256]
@@ -177,9 +187,15 @@ class ApiKeyAuth:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] not in self.OPEN_PATHS and not self.authorized(scope):
-            return await send_error(send, EmbeddingError(
-                ErrorKind.UNAUTHENTICATED, "Invalid or missing API key: send `Authorization: Bearer <key>`.",
-                code="invalid_api_key"), {"WWW-Authenticate": "Bearer"})
+            return await send_error(
+                send,
+                EmbeddingError(
+                    ErrorKind.UNAUTHENTICATED,
+                    "Invalid or missing API key: send `Authorization: Bearer <key>`.",
+                    code="invalid_api_key",
+                ),
+                {"WWW-Authenticate": "Bearer"},
+            )
         await self.app(scope, receive, send)
 
 
@@ -208,8 +224,10 @@ class BodyLimits:
         self.max_bytes = max_bytes
 
     def too_large(self) -> EmbeddingError:
-        return EmbeddingError(ErrorKind.TOO_LARGE, f"The request body is larger than the server's limit of "
-                                                   f"{self.max_bytes} bytes (--max-payload-bytes).")
+        return EmbeddingError(
+            ErrorKind.TOO_LARGE,
+            f"The request body is larger than the server's limit of {self.max_bytes} bytes (--max-payload-bytes).",
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -217,7 +235,9 @@ class BodyLimits:
         declared = _header(scope, b"content-length")
         if declared is not None:
             if not _DIGITS_RE.match(declared.strip()):
-                return await send_error(send, EmbeddingError(ErrorKind.INVALID_REQUEST, "Invalid Content-Length header."))
+                return await send_error(
+                    send, EmbeddingError(ErrorKind.INVALID_REQUEST, "Invalid Content-Length header.")
+                )
             size = int(declared)
             if size > self.max_bytes:
                 await _discard(receive, size if size <= self.max_bytes + _DISCARD_LIMIT else 0)
@@ -228,9 +248,14 @@ class BodyLimits:
         if ctype is None:
             scope = {**scope, "headers": [*scope.get("headers", ()), (b"content-type", b"application/json")]}
         elif not _json_content_type(ctype):
-            return await send_error(send, EmbeddingError(
-                ErrorKind.UNSUPPORTED_MEDIA_TYPE, f"Unsupported Content-Type {ctype[:100]!r}: send application/json (UTF-8)."),
-                CLOSE)
+            return await send_error(
+                send,
+                EmbeddingError(
+                    ErrorKind.UNSUPPORTED_MEDIA_TYPE,
+                    f"Unsupported Content-Type {ctype[:100]!r}: send application/json (UTF-8).",
+                ),
+                CLOSE,
+            )
         body = bytearray()
         while True:
             message = await receive()
@@ -304,9 +329,13 @@ def install_middleware(app, server_args: ServerArgs, metrics: ServerMetrics, lif
         from starlette.middleware.cors import CORSMiddleware
 
         app.add_middleware(
-            CORSMiddleware, allow_origins=server_args.cors_allow_origin, allow_methods=["GET", "POST"],
+            CORSMiddleware,
+            allow_origins=server_args.cors_allow_origin,
+            allow_methods=["GET", "POST"],
             allow_headers=["Authorization", "Content-Type", "X-Request-Id"],
-            expose_headers=["x-request-id", "x-queue-time", "x-inference-time", "x-total-time"], max_age=600)
+            expose_headers=["x-request-id", "x-queue-time", "x-inference-time", "x-total-time"],
+            max_age=600,
+        )
     routes: set[str] = set()
 
     def known_routes() -> set[str]:

@@ -72,9 +72,14 @@ def _loop_factory():
 def make_server(app, server_args: ServerArgs) -> UvicornServer:
     # log_config=None: uvicorn's loggers go through ours (configure_logging), JSON included.
     # timeout_graceful_shutdown bounds the drain after SIGTERM/SIGINT; then remaining tasks are cancelled.
-    config = uvicorn.Config(app, log_level=server_args.log_level, timeout_keep_alive=30, log_config=None,
-                            access_log=server_args.log_level == "debug",
-                            timeout_graceful_shutdown=server_args.graceful_timeout or None)
+    config = uvicorn.Config(
+        app,
+        log_level=server_args.log_level,
+        timeout_keep_alive=30,
+        log_config=None,
+        access_log=server_args.log_level == "debug",
+        timeout_graceful_shutdown=server_args.graceful_timeout or None,
+    )
     return UvicornServer(config)
 
 

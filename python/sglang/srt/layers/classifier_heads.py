@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from sglang.srt.model_loader.weight_utils import fill_parameters, read_tensors
 from sglang.srt.errors import ConfigError
+from sglang.srt.model_loader.weight_utils import fill_parameters, read_tensors
 
 if TYPE_CHECKING:
     from sglang.srt.model_executor.forward_batch import ForwardBatch
@@ -43,7 +43,7 @@ class BertPoolerClassifier(nn.Module):
 
     @staticmethod
     def rename(name: str) -> str:
-        return name[len("bert."):] if name.startswith("bert.") else name
+        return name[len("bert.") :] if name.startswith("bert.") else name
 
     def forward(self, hidden: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
         return self.classifier(torch.tanh(self.pooler.dense(_first_tokens(hidden, fb)))).float()
@@ -97,14 +97,18 @@ class LastTokenScore(nn.Module):
 _HEADS = {"bert_pooler": BertPoolerClassifier, "roberta": RobertaClassifier, "score": LastTokenScore}
 
 
-def build_classifier(kind: str, config, num_labels: int, model_dir: str, device: torch.device,
-                     dtype: torch.dtype) -> nn.Module:
+def build_classifier(
+    kind: str, config, num_labels: int, model_dir: str, device: torch.device, dtype: torch.dtype
+) -> nn.Module:
     """The head named by the registry, filled from the checkpoint, in the model's dtype."""
     if kind not in _HEADS:
         raise ConfigError(f"unknown classifier head '{kind}'")
     cls = _HEADS[kind]
     head = cls(config, num_labels).to(device=device, dtype=dtype).eval().requires_grad_(False)
     tensors = read_tensors(model_dir, cls.prefixes)
-    fill_parameters(head, {cls.rename(n): t for n, t in tensors.items()},
-                    f"The classification head of the checkpoint in {model_dir}")
+    fill_parameters(
+        head,
+        {cls.rename(n): t for n, t in tensors.items()},
+        f"The classification head of the checkpoint in {model_dir}",
+    )
     return head

@@ -40,8 +40,7 @@ _ONEDNN_REORDER = _onednn_op("_reorder_linear_weight")
 _ONEDNN_DTYPES = onednn_linear_dtypes() if _ONEDNN_LINEAR is not None else ()
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
-           gelu: bool = False) -> torch.Tensor:
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], gelu: bool = False) -> torch.Tensor:
     """x @ weight.T + bias, optionally followed by exact (erf) GELU, fused on CPU.
 
     `weight` may be a plain [out, in] tensor or one prepacked by `prepack_cpu_linears`.
@@ -121,8 +120,9 @@ class MergedLinear(Linear):
 
 
 class QKVLinear(MergedLinear):
-    def __init__(self, hidden: int, head_dim: int, num_heads: int, num_kv_heads: Optional[int] = None,
-                 bias: bool = True) -> None:
+    def __init__(
+        self, hidden: int, head_dim: int, num_heads: int, num_kv_heads: Optional[int] = None, bias: bool = True
+    ) -> None:
         num_kv_heads = num_kv_heads or num_heads
         super().__init__(
             hidden,

@@ -111,8 +111,9 @@ class MRotaryEmbedding(RotaryEmbedding):
         super().__init__(head_dim, max_positions, params)
         section = [int(s) for s in params.get("mrope_section") or ()]
         if len(section) != 3 or sum(section) != head_dim // 2:
-            raise ConfigError(f"mrope_section {section} must be three numbers summing to "
-                              f"head_dim / 2 = {head_dim // 2}")
+            raise ConfigError(
+                f"mrope_section {section} must be three numbers summing to head_dim / 2 = {head_dim // 2}"
+            )
         # Which coordinate (0: t, 1: h, 2: w) turns each column of a cos|sin row.
         per_pair = torch.repeat_interleave(torch.arange(3), torch.tensor(section))
         self.register_buffer("section_of_column", torch.cat([per_pair, per_pair]), persistent=False)

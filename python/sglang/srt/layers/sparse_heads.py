@@ -21,9 +21,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from sglang.srt.configs.sentence_transformers import SpladePoolingSpec
+from sglang.srt.errors import ConfigError
 from sglang.srt.layers.activation import get_activation
 from sglang.srt.model_loader.weight_utils import fill_parameters, read_tensors
-from sglang.srt.errors import ConfigError
 
 if TYPE_CHECKING:
     from sglang.srt.model_executor.forward_batch import ForwardBatch
@@ -45,8 +45,7 @@ class TokenWeightHead(nn.Module):
         super().__init__()
         self.linear = nn.Linear(hidden_size, 1)
         self.vocab_size = vocab_size
-        self.register_buffer("special_ids", torch.tensor(sorted(set(special_ids)), dtype=torch.long),
-                             persistent=False)
+        self.register_buffer("special_ids", torch.tensor(sorted(set(special_ids)), dtype=torch.long), persistent=False)
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as e:
@@ -76,12 +75,15 @@ class SpladeHead(nn.Module):
     # (checkpoint prefix, transform LayerNorm name, activation or None for the config's)
     _NAMING = {"bert": ("cls.predictions.", "transform.LayerNorm", None), "roberta": ("lm_head.", "layer_norm", "gelu")}
 
-    def __init__(self, config, naming: str, pooling: SpladePoolingSpec, special_ids: Sequence[int],
-                 word_embeddings: torch.Tensor) -> None:
+    def __init__(
+        self, config, naming: str, pooling: SpladePoolingSpec, special_ids: Sequence[int], word_embeddings: torch.Tensor
+    ) -> None:
         super().__init__()
         if pooling.pooling_strategy not in ("max", "sum") or pooling.activation not in ("relu", "log1p_relu"):
-            raise ConfigError(f"SpladePooling with pooling_strategy={pooling.pooling_strategy!r}, "
-                              f"activation_function={pooling.activation!r} is not supported")
+            raise ConfigError(
+                f"SpladePooling with pooling_strategy={pooling.pooling_strategy!r}, "
+                f"activation_function={pooling.activation!r} is not supported"
+            )
         self.prefix, norm_name, act = self._NAMING[naming]
         self.naming = naming
         hidden = config.hidden_size
@@ -94,20 +96,23 @@ class SpladeHead(nn.Module):
         # (a plain tensor, not a parameter of this head).
         self.decoder_weight = word_embeddings.detach()
         self.pooling = pooling
-        self.register_buffer("special_ids", torch.tensor(sorted(set(special_ids)), dtype=torch.long),
-                             persistent=False)
+        self.register_buffer("special_ids", torch.tensor(sorted(set(special_ids)), dtype=torch.long), persistent=False)
 
     def load(self, model_dir: str) -> None:
         tensors = read_tensors(model_dir, (self.prefix,))
         p = self.prefix + ("transform." if self.naming == "bert" else "")
         state = {
-            "dense.weight": tensors.get(p + "dense.weight"), "dense.bias": tensors.get(p + "dense.bias"),
+            "dense.weight": tensors.get(p + "dense.weight"),
+            "dense.bias": tensors.get(p + "dense.bias"),
             "norm.weight": tensors.get(f"{self.prefix}{self.norm_name}.weight"),
             "norm.bias": tensors.get(f"{self.prefix}{self.norm_name}.bias"),
             "bias": tensors.get(self.prefix + "bias", tensors.get(self.prefix + "decoder.bias")),
         }
-        fill_parameters(self, {k: v for k, v in state.items() if v is not None},
-                        f"The masked-LM (SPLADE) head of the checkpoint in {model_dir}")
+        fill_parameters(
+            self,
+            {k: v for k, v in state.items() if v is not None},
+            f"The masked-LM (SPLADE) head of the checkpoint in {model_dir}",
+        )
         decoder = tensors.get(self.prefix + "decoder.weight")
         if decoder is not None:
             self.decoder_weight = decoder.to(self.dense.weight.device, self.dense.weight.dtype)
@@ -123,8 +128,8 @@ class SpladeHead(nn.Module):
         pooled = torch.zeros(fb.batch_size, vocab, dtype=torch.float32, device=hidden.device)
         step = max(1, _LOGIT_CHUNK_ELEMENTS // vocab)
         for start in range(0, hidden.shape[0], step):  # [chunk, vocab] logits at a time
-            x = self._activations(hidden[start:start + step])
-            seq = fb.seq_ids[start:start + step]
+            x = self._activations(hidden[start : start + step])
+            seq = fb.seq_ids[start : start + step]
             if self.pooling.pooling_strategy == "max":  # all values >= 0, so 0 is a neutral start
                 pooled.scatter_reduce_(0, seq[:, None].expand_as(x), x, "amax", include_self=True)
             else:

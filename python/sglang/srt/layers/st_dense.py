@@ -38,16 +38,19 @@ def _read_state(folder: str) -> dict[str, torch.Tensor]:
     path = os.path.join(folder, "pytorch_model.bin")
     if os.path.isfile(path):
         return torch.load(path, map_location="cpu", weights_only=True)
-    raise ConfigError(f"The sentence-transformers Dense module in {folder} has no weights "
-                      "(model.safetensors or pytorch_model.bin)")
+    raise ConfigError(
+        f"The sentence-transformers Dense module in {folder} has no weights (model.safetensors or pytorch_model.bin)"
+    )
 
 
 class STDense(nn.Module):
     def __init__(self, spec: DenseLayerSpec) -> None:
         super().__init__()
         if spec.activation not in _ACTIVATIONS:
-            raise ConfigError(f"sentence-transformers Dense activation {spec.activation} in {spec.path} is not "
-                              f"supported; supported: {', '.join(sorted(_ACTIVATIONS))}")
+            raise ConfigError(
+                f"sentence-transformers Dense activation {spec.activation} in {spec.path} is not "
+                f"supported; supported: {', '.join(sorted(_ACTIVATIONS))}"
+            )
         self.activation = _ACTIVATIONS[spec.activation]
         self.use_residual = spec.use_residual
         self.linear = nn.Linear(spec.in_features, spec.out_features, bias=spec.bias, dtype=torch.float32)
@@ -59,8 +62,10 @@ class STDense(nn.Module):
             self.load_state_dict(state, strict=True)
         except RuntimeError as e:
             first = str(e).strip().splitlines()
-            raise ConfigError(f"The Dense weights in {spec.path} do not match its config.json: "
-                              f"{first[1].strip() if len(first) > 1 else first[0]}") from e
+            raise ConfigError(
+                f"The Dense weights in {spec.path} do not match its config.json: "
+                f"{first[1].strip() if len(first) > 1 else first[0]}"
+            ) from e
         self.requires_grad_(False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

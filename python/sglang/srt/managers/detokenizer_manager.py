@@ -51,20 +51,33 @@ def render_vector(vec: np.ndarray, fmt: str) -> bytes:
     return orjson.dumps(vec, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-def render_output(out: BatchEmbeddingOutput, token_texts: Optional[TokenTextFn] = None) -> dict[int, BatchEmbeddingResult]:
+def render_output(
+    out: BatchEmbeddingOutput, token_texts: Optional[TokenTextFn] = None
+) -> dict[int, BatchEmbeddingResult]:
     """Split one scheduler output by tokenizer worker and render every vector (or sparse row;
     `token_texts` maps token ids to strings for the formats that show them)."""
     per_worker: dict[int, BatchEmbeddingResult] = defaultdict(
-        lambda: BatchEmbeddingResult([], [], [], [], [], [], out.inference_time, batch_size=out.batch_size,
-                                     batch_tokens=out.batch_tokens, queue_length=out.queue_length)
+        lambda: BatchEmbeddingResult(
+            [],
+            [],
+            [],
+            [],
+            [],
+            [],
+            out.inference_time,
+            batch_size=out.batch_size,
+            batch_tokens=out.batch_tokens,
+            queue_length=out.queue_length,
+        )
     )
     for i, rid in enumerate(out.rids):
         res = per_worker[out.worker_ids[i]]
         code = out.error_codes[i]
         if code == 0 and out.encoding_formats[i] in SPARSE_FORMATS:
             lo, hi = int(out.sparse_offsets[i]), int(out.sparse_offsets[i + 1])
-            payload = render_sparse(out.sparse_indices[lo:hi], out.sparse_values[lo:hi], out.encoding_formats[i],
-                                    token_texts)
+            payload = render_sparse(
+                out.sparse_indices[lo:hi], out.sparse_values[lo:hi], out.encoding_formats[i], token_texts
+            )
         elif code == 0:
             payload = render_vector(shape_vector(out.embeddings[i], out.dimensions[i]), out.encoding_formats[i])
         else:

@@ -64,7 +64,7 @@ class EmbeddingReqInput:
             return [self]
         fields = ("text", "input_ids", "items", "text_pairs")
         return [
-            replace(self, **{f: getattr(self, f)[i:i + size] for f in fields if getattr(self, f) is not None})
+            replace(self, **{f: getattr(self, f)[i : i + size] for f in fields if getattr(self, f) is not None})
             for i in range(0, self.batch_size, size)
         ]
 
@@ -141,8 +141,9 @@ class BatchEmbeddingOutput:
     sparse_offsets: Optional[np.ndarray] = None  # int64 [n + 1]
 
     @staticmethod
-    def failure(reqs: list[TokenizedEmbeddingReqInput], kind: ErrorKind, msg: str,
-                queue_length: int = 0) -> "BatchEmbeddingOutput":
+    def failure(
+        reqs: list[TokenizedEmbeddingReqInput], kind: ErrorKind, msg: str, queue_length: int = 0
+    ) -> "BatchEmbeddingOutput":
         n = len(reqs)
         return BatchEmbeddingOutput(
             rids=[r.rid for r in reqs],
@@ -173,4 +174,3 @@ class BatchEmbeddingResult:
     batch_size: int = 0  # as in BatchEmbeddingOutput (the whole batch, across workers)
     batch_tokens: int = 0
     queue_length: int = 0
-

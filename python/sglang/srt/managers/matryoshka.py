@@ -16,23 +16,31 @@ def validate_dimensions(dimensions: Optional[int], model_info: ModelInfo, model_
     if dimensions is None:
         return
     if not model_info.is_matryoshka:
-        raise EmbeddingError(ErrorKind.INVALID_REQUEST,
+        raise EmbeddingError(
+            ErrorKind.INVALID_REQUEST,
             f"Model '{model_name}' does not support matryoshka representation, "
             "changing output dimensions will lead to poor results.",
             param="dimensions",
         )
     if isinstance(dimensions, bool) or not isinstance(dimensions, int):
-        raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"dimensions must be an integer, not {dimensions!r}.", param="dimensions")
+        raise EmbeddingError(
+            ErrorKind.INVALID_REQUEST, f"dimensions must be an integer, not {dimensions!r}.", param="dimensions"
+        )
     if dimensions < 1:
-        raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"dimensions must be at least 1, got {dimensions}.", param="dimensions")
+        raise EmbeddingError(
+            ErrorKind.INVALID_REQUEST, f"dimensions must be at least 1, got {dimensions}.", param="dimensions"
+        )
     width = model_info.embedding_dim
     if dimensions > width:
-        raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"dimensions {dimensions} is greater than the model's embedding size {width}.",
+        raise EmbeddingError(
+            ErrorKind.INVALID_REQUEST,
+            f"dimensions {dimensions} is greater than the model's embedding size {width}.",
             param="dimensions",
         )
     allowed = model_info.matryoshka_dimensions
     if allowed and dimensions not in allowed:
-        raise EmbeddingError(ErrorKind.INVALID_REQUEST,
+        raise EmbeddingError(
+            ErrorKind.INVALID_REQUEST,
             f"Model '{model_name}' only supports matryoshka dimensions {list(allowed)}; "
             f"dimensions {dimensions} would lead to poor results.",
             param="dimensions",

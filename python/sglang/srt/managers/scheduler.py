@@ -27,8 +27,9 @@ logger = logging.getLogger(__name__)
 
 
 class Scheduler:
-    def __init__(self, server_args: ServerArgs, forward_fn: ForwardFn,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, server_args: ServerArgs, forward_fn: ForwardFn, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.budget = BatchBudget(
             max_batch_size=server_args.max_batch_size,
             max_num_tokens=server_args.max_num_tokens,
@@ -52,7 +53,9 @@ class Scheduler:
             self.waiting[req.rid] = req
         rejected = reqs if not accepted else []
         if rejected:
-            return BatchEmbeddingOutput.failure(rejected, ErrorKind.QUEUE_FULL, QUEUE_FULL_MESSAGE, queue_length=len(self.waiting))
+            return BatchEmbeddingOutput.failure(
+                rejected, ErrorKind.QUEUE_FULL, QUEUE_FULL_MESSAGE, queue_length=len(self.waiting)
+            )
         return None
 
     def abort(self, rids: list[str]) -> int:
@@ -70,7 +73,9 @@ class Scheduler:
         now = self.clock()
         expired = self._pop_expired(now)
         if expired:
-            out = BatchEmbeddingOutput.failure(expired, ErrorKind.TIMEOUT, REQUEST_TIMEOUT_MESSAGE, queue_length=len(self.waiting))
+            out = BatchEmbeddingOutput.failure(
+                expired, ErrorKind.TIMEOUT, REQUEST_TIMEOUT_MESSAGE, queue_length=len(self.waiting)
+            )
             out.queue_times = [max(0.0, now - r.arrival_time) for r in expired]
             return out, (0.0 if self.waiting else None)
         decision = next_batch(self.waiting.values(), self.budget, now, self.last_batch_size)
@@ -109,13 +114,19 @@ class Scheduler:
             vectors = self.forward_fn(reqs)
         except Exception as e:  # a failing forward fails only its own requests
             logger.error("forward pass failed for %d requests: %s\n%s", len(reqs), e, traceback.format_exc())
-            return BatchEmbeddingOutput.failure(reqs, ErrorKind.INTERNAL, f"Internal error during the forward pass: {e}",
-                                                queue_length=len(self.waiting))
+            return BatchEmbeddingOutput.failure(
+                reqs, ErrorKind.INTERNAL, f"Internal error during the forward pass: {e}", queue_length=len(self.waiting)
+            )
         elapsed = self.clock() - start
         n = len(reqs)
         tokens = sum(r.num_tokens for r in reqs)
-        logger.debug("batch of %d inputs, %d tokens: forward %.1f ms, %d still queued",
-                     n, tokens, elapsed * 1000, len(self.waiting))
+        logger.debug(
+            "batch of %d inputs, %d tokens: forward %.1f ms, %d still queued",
+            n,
+            tokens,
+            elapsed * 1000,
+            len(self.waiting),
+        )
         out = vectors if isinstance(vectors, ForwardOutput) else ForwardOutput(vectors)
         return BatchEmbeddingOutput(
             rids=[r.rid for r in reqs],

@@ -7,10 +7,10 @@ import traceback
 
 import zmq
 
+from sglang.srt.errors import ConfigError
 from sglang.srt.managers.io_struct import AbortReq, BatchTokenizedEmbeddingReqInput
 from sglang.srt.managers.scheduler import Scheduler
 from sglang.srt.server_args import ServerArgs
-from sglang.srt.errors import ConfigError
 from sglang.srt.utils.logging_utils import configure_logging
 from sglang.srt.utils.msgcodec import decode, send
 from sglang.srt.utils.network import PortArgs, make_socket

@@ -38,8 +38,9 @@ class TokenTexts:
         return [str(t) for t in self._tokenizer.convert_ids_to_tokens(list(ids))]
 
 
-def render_sparse(indices: np.ndarray, values: np.ndarray, fmt: str,
-                  token_texts: Optional[TokenTextFn] = None) -> bytes:
+def render_sparse(
+    indices: np.ndarray, values: np.ndarray, fmt: str, token_texts: Optional[TokenTextFn] = None
+) -> bytes:
     """One row: int32 token ids (ascending) and their float32 weights -> a JSON value (bytes)."""
     ids = indices.tolist()
     if not ids:

@@ -38,7 +38,8 @@ class InputTokenizer:
             items = self._from_text(req.text) if req.text is not None else self._from_ids(req.input_ids)
         for ids, _ in items:
             if len(ids) > self.max_num_tokens:
-                raise EmbeddingError(ErrorKind.INVALID_REQUEST,
+                raise EmbeddingError(
+                    ErrorKind.INVALID_REQUEST,
                     f"The input ({len(ids)} tokens) is longer than the server's per-batch token budget "
                     f"(--max-num-tokens {self.max_num_tokens}).",
                     param="input",
@@ -56,10 +57,15 @@ class InputTokenizer:
         for i, t in enumerate(texts):
             where = "" if len(texts) == 1 else f" at index {i}"
             if not t or not t.strip():
-                raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"Input{where} is empty or whitespace only.", param="input")
+                raise EmbeddingError(
+                    ErrorKind.INVALID_REQUEST, f"Input{where} is empty or whitespace only.", param="input"
+                )
             if not _is_utf8_encodable(t):  # JSON "\ud800" escapes decode to lone surrogates
-                raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"Input{where} is not valid Unicode (it holds a lone surrogate).",
-                                     param="input")
+                raise EmbeddingError(
+                    ErrorKind.INVALID_REQUEST,
+                    f"Input{where} is not valid Unicode (it holds a lone surrogate).",
+                    param="input",
+                )
         if self.do_lower_case:
             texts = [t.lower() for t in texts]
         enc = self.tokenizer(
@@ -81,11 +87,17 @@ class InputTokenizer:
             try:
                 arr = np.asarray(ids, dtype=np.int64)
             except OverflowError:  # beyond int64 (and maybe too long to print)
-                raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"A token id{where} is outside the vocabulary [0, {self.vocab_size}).", param="input"
+                raise EmbeddingError(
+                    ErrorKind.INVALID_REQUEST,
+                    f"A token id{where} is outside the vocabulary [0, {self.vocab_size}).",
+                    param="input",
                 ) from None
             if arr.min() < 0 or arr.max() >= self.vocab_size:
                 bad = int(arr[(arr < 0) | (arr >= self.vocab_size)][0])
-                raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"Token id {bad}{where} is outside the vocabulary [0, {self.vocab_size}).", param="input"
+                raise EmbeddingError(
+                    ErrorKind.INVALID_REQUEST,
+                    f"Token id {bad}{where} is outside the vocabulary [0, {self.vocab_size}).",
+                    param="input",
                 )
             out.append((self._limit(arr).astype(np.int32), None))
         return out
@@ -98,17 +110,27 @@ class InputTokenizer:
             for part, name, param in zip(pair, ("query", "document"), ("query", "documents")):
                 where = f" at index {i}" if name == "document" and len(pairs) > 1 else ""
                 if not part or not part.strip():
-                    raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"The {name}{where} is empty or whitespace only.", param=param)
+                    raise EmbeddingError(
+                        ErrorKind.INVALID_REQUEST, f"The {name}{where} is empty or whitespace only.", param=param
+                    )
                 if not _is_utf8_encodable(part):
-                    raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"The {name}{where} is not valid Unicode (it holds a lone surrogate).",
-                                         param=param)
+                    raise EmbeddingError(
+                        ErrorKind.INVALID_REQUEST,
+                        f"The {name}{where} is not valid Unicode (it holds a lone surrogate).",
+                        param=param,
+                    )
         queries, docs = [p[0] for p in pairs], [p[1] for p in pairs]
         if self.do_lower_case:
             queries, docs = [q.lower() for q in queries], [d.lower() for d in docs]
         kwargs = dict(add_special_tokens=True, return_attention_mask=False, return_token_type_ids=self.pair_token_types)
         try:
-            enc = self.tokenizer(queries, docs, truncation="only_second" if self.truncate else False,
-                                 max_length=self.context_length if self.truncate else None, **kwargs)
+            enc = self.tokenizer(
+                queries,
+                docs,
+                truncation="only_second" if self.truncate else False,
+                max_length=self.context_length if self.truncate else None,
+                **kwargs,
+            )
         except Exception:  # the query alone is over the limit: _limit cuts (or refuses) below
             enc = self.tokenizer(queries, docs, **kwargs)
         types = enc.get("token_type_ids") if self.pair_token_types else None

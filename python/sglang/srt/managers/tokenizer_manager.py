@@ -65,8 +65,15 @@ class ReqState:
 
 
 class TokenizerManager:
-    def __init__(self, server_args: ServerArgs, port_args: PortArgs, model_info: ModelInfo, worker_id: int = 0,
-                 tokenizer=None, metrics: Optional[ServerMetrics] = None) -> None:
+    def __init__(
+        self,
+        server_args: ServerArgs,
+        port_args: PortArgs,
+        model_info: ModelInfo,
+        worker_id: int = 0,
+        tokenizer=None,
+        metrics: Optional[ServerMetrics] = None,
+    ) -> None:
         self.server_args = server_args
         self.metrics = metrics or ServerMetrics()
         # The scheduler times out inputs queued past --request-timeout; this backstop times out
@@ -142,8 +149,13 @@ class TokenizerManager:
         now = time.monotonic()
         reqs = [
             TokenizedEmbeddingReqInput(
-                rid=f"{base}-{i}", worker_id=self.worker_id, input_ids=ids, token_type_ids=types,
-                dimensions=req.dimensions, encoding_format=req.encoding_format, arrival_time=now,
+                rid=f"{base}-{i}",
+                worker_id=self.worker_id,
+                input_ids=ids,
+                token_type_ids=types,
+                dimensions=req.dimensions,
+                encoding_format=req.encoding_format,
+                arrival_time=now,
             )
             for i, (ids, types) in enumerate(tokenized)
         ]
@@ -161,15 +173,21 @@ class TokenizerManager:
                 await asyncio.wait_for(state.future, self.backstop_timeout)
         except asyncio.TimeoutError:
             self._abort([r.rid for r in reqs])
-            raise EmbeddingError(ErrorKind.TIMEOUT, f"No answer from the engine within {self.backstop_timeout:g} s "
-                                      "(twice --request-timeout).") from None
+            raise EmbeddingError(
+                ErrorKind.TIMEOUT,
+                f"No answer from the engine within {self.backstop_timeout:g} s (twice --request-timeout).",
+            ) from None
         except (asyncio.CancelledError, EmbeddingError):
             self._abort([r.rid for r in reqs])
             raise
-        self.metrics.observe_request(inputs=n, prompt_tokens=sum(state.prompt_tokens), tokenize=now - t0,
-                                     queue=state.queue_time, inference=state.inference_time)
-        return EmbeddingResult(state.payloads, state.prompt_tokens, state.queue_time,
-                               state.inference_time, now - t0)
+        self.metrics.observe_request(
+            inputs=n,
+            prompt_tokens=sum(state.prompt_tokens),
+            tokenize=now - t0,
+            queue=state.queue_time,
+            inference=state.inference_time,
+        )
+        return EmbeddingResult(state.payloads, state.prompt_tokens, state.queue_time, state.inference_time, now - t0)
 
     def _abort(self, rids: list[str]) -> None:
         pending = [rid for rid in rids if self.states.pop(rid, None) is not None]
@@ -187,8 +205,9 @@ class TokenizerManager:
                 logger.exception("failed to handle a result message")
 
     def _dispatch(self, res: BatchEmbeddingResult) -> None:
-        self.metrics.observe_batch(batch_size=res.batch_size, batch_tokens=res.batch_tokens,
-                                   queue_length=res.queue_length)
+        self.metrics.observe_batch(
+            batch_size=res.batch_size, batch_tokens=res.batch_tokens, queue_length=res.queue_length
+        )
         for i, rid in enumerate(res.rids):
             entry = self.states.pop(rid, None)
             if entry is None:

@@ -18,39 +18,71 @@ BATCH_TOKEN_BUCKETS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 class ServerMetrics:
     def __init__(self) -> None:
         r = self.registry = Registry()
-        self.requests = r.register(Counter(
-            "sglang_http_requests_total", "HTTP requests answered, by route and status code.",
-            ("route", "status")))
-        self.in_flight = r.register(Gauge(
-            "sglang_http_requests_in_flight", "HTTP requests being handled now."))
-        self.request_duration = r.register(Histogram(
-            "sglang_request_duration_seconds", "Time from receiving an embeddings request to its response.",
-            DURATION_BUCKETS))
-        self.tokenize_duration = r.register(Histogram(
-            "sglang_tokenization_duration_seconds", "Time spent validating and tokenizing a request.",
-            DURATION_BUCKETS))
-        self.queue_duration = r.register(Histogram(
-            "sglang_queue_duration_seconds", "Time a request's inputs waited in the scheduler queue "
-            "(the longest of its inputs).", DURATION_BUCKETS))
-        self.inference_duration = r.register(Histogram(
-            "sglang_inference_duration_seconds", "Forward-pass time of the batch that served a request "
-            "(the longest, when its inputs spread over several batches).", DURATION_BUCKETS))
-        self.prompt_tokens = r.register(Counter(
-            "sglang_prompt_tokens_total", "Tokens embedded for successful requests."))
-        self.inputs = r.register(Counter(
-            "sglang_embedding_inputs_total", "Inputs (texts or token lists) embedded for successful requests."))
-        self.queue_length = r.register(Gauge(
-            "sglang_queue_length", "Inputs waiting in the scheduler queue, as of the latest result "
-            "this process received."))
-        self.batch_size = r.register(Histogram(
-            "sglang_batch_size", "Inputs per forward pass (batches this process received results of).",
-            BATCH_SIZE_BUCKETS))
-        self.batch_tokens = r.register(Histogram(
-            "sglang_batch_tokens", "Tokens per forward pass (batches this process received results of).",
-            BATCH_TOKEN_BUCKETS))
+        self.requests = r.register(
+            Counter(
+                "sglang_http_requests_total", "HTTP requests answered, by route and status code.", ("route", "status")
+            )
+        )
+        self.in_flight = r.register(Gauge("sglang_http_requests_in_flight", "HTTP requests being handled now."))
+        self.request_duration = r.register(
+            Histogram(
+                "sglang_request_duration_seconds",
+                "Time from receiving an embeddings request to its response.",
+                DURATION_BUCKETS,
+            )
+        )
+        self.tokenize_duration = r.register(
+            Histogram(
+                "sglang_tokenization_duration_seconds",
+                "Time spent validating and tokenizing a request.",
+                DURATION_BUCKETS,
+            )
+        )
+        self.queue_duration = r.register(
+            Histogram(
+                "sglang_queue_duration_seconds",
+                "Time a request's inputs waited in the scheduler queue (the longest of its inputs).",
+                DURATION_BUCKETS,
+            )
+        )
+        self.inference_duration = r.register(
+            Histogram(
+                "sglang_inference_duration_seconds",
+                "Forward-pass time of the batch that served a request "
+                "(the longest, when its inputs spread over several batches).",
+                DURATION_BUCKETS,
+            )
+        )
+        self.prompt_tokens = r.register(
+            Counter("sglang_prompt_tokens_total", "Tokens embedded for successful requests.")
+        )
+        self.inputs = r.register(
+            Counter("sglang_embedding_inputs_total", "Inputs (texts or token lists) embedded for successful requests.")
+        )
+        self.queue_length = r.register(
+            Gauge(
+                "sglang_queue_length",
+                "Inputs waiting in the scheduler queue, as of the latest result this process received.",
+            )
+        )
+        self.batch_size = r.register(
+            Histogram(
+                "sglang_batch_size",
+                "Inputs per forward pass (batches this process received results of).",
+                BATCH_SIZE_BUCKETS,
+            )
+        )
+        self.batch_tokens = r.register(
+            Histogram(
+                "sglang_batch_tokens",
+                "Tokens per forward pass (batches this process received results of).",
+                BATCH_TOKEN_BUCKETS,
+            )
+        )
 
-    def observe_request(self, *, inputs: int, prompt_tokens: int, tokenize: float, queue: float,
-                        inference: float) -> None:
+    def observe_request(
+        self, *, inputs: int, prompt_tokens: int, tokenize: float, queue: float, inference: float
+    ) -> None:
         """A request finished successfully inside the TokenizerManager."""
         self.inputs.inc(inputs)
         self.prompt_tokens.inc(prompt_tokens)

@@ -31,8 +31,14 @@ CaptureFn = Callable[[Callable[[], torch.Tensor]], tuple[object, torch.Tensor]]
 class StaticBatches:
     """Fixed-address inputs of the captured graphs, and the ForwardBatch of each bucket over them."""
 
-    def __init__(self, buckets: Sequence[GraphBucket], hidden_size: int, dtype: torch.dtype,
-                 device: torch.device, attn_backend: AttentionBackend) -> None:
+    def __init__(
+        self,
+        buckets: Sequence[GraphBucket],
+        hidden_size: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        attn_backend: AttentionBackend,
+    ) -> None:
         tokens = max(b.num_tokens for b in buckets)
         seqs = max(b.num_seqs for b in buckets)
         self.hidden = torch.zeros(tokens, hidden_size, dtype=dtype, device=device)
@@ -45,9 +51,14 @@ class StaticBatches:
         for b in buckets:
             t, s = b.num_tokens, b.num_seqs
             self.batches[t] = ForwardBatch(
-                input_ids=self.input_ids[:t], positions=self.positions[:t], seq_lens=self.seq_lens[:s],
-                cu_seqlens=self.cu_seqlens[: s + 1], seq_ids=self.seq_ids[:t],
-                seq_lens_cpu=[t] + [0] * (s - 1), max_seqlen=t, attn_backend=attn_backend,
+                input_ids=self.input_ids[:t],
+                positions=self.positions[:t],
+                seq_lens=self.seq_lens[:s],
+                cu_seqlens=self.cu_seqlens[: s + 1],
+                seq_ids=self.seq_ids[:t],
+                seq_lens_cpu=[t] + [0] * (s - 1),
+                max_seqlen=t,
+                attn_backend=attn_backend,
             )
 
     def hidden_for(self, bucket: GraphBucket) -> torch.Tensor:
@@ -99,9 +110,18 @@ def cuda_capture(pool, stream: torch.cuda.Stream) -> CaptureFn:
 
 
 class CudaGraphRunner:
-    def __init__(self, model: nn.Module, attn_backend: AttentionBackend, hidden_size: int,
-                 dtype: torch.dtype, device: torch.device, max_tokens: int, max_seqs: int,
-                 capture_fn: Optional[CaptureFn] = None, show_progress: bool = True) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        attn_backend: AttentionBackend,
+        hidden_size: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        max_tokens: int,
+        max_seqs: int,
+        capture_fn: Optional[CaptureFn] = None,
+        show_progress: bool = True,
+    ) -> None:
         self.model = model
         self.attn_backend = attn_backend
         self.buckets = graph_buckets(max_tokens, max_seqs)
@@ -131,9 +151,14 @@ class CudaGraphRunner:
             self.graphs[bucket.num_tokens], self.outputs[bucket.num_tokens] = graph, out
         device = self.static.hidden.device
         reserved = torch.cuda.memory_reserved(device) / 2**30 if device.type == "cuda" else 0.0
-        logger.info("captured %d CUDA graphs (up to %d tokens, %d inputs) in %.1fs; %.2f GiB reserved",
-                    len(self.buckets), self.buckets[-1].num_tokens, self.buckets[-1].max_real_seqs,
-                    time.perf_counter() - start, reserved)
+        logger.info(
+            "captured %d CUDA graphs (up to %d tokens, %d inputs) in %.1fs; %.2f GiB reserved",
+            len(self.buckets),
+            self.buckets[-1].num_tokens,
+            self.buckets[-1].max_real_seqs,
+            time.perf_counter() - start,
+            reserved,
+        )
 
     def plan(self, fb: ForwardBatch) -> Optional[PaddingPlan]:
         """How to replay this batch, or None to run it eagerly."""

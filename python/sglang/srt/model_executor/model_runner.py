@@ -11,18 +11,18 @@ import torch
 
 from sglang.srt.configs.model_config import ModelConfig
 from sglang.srt.configs.model_info import ModelInfo
+from sglang.srt.errors import ConfigError
 from sglang.srt.layers.attention.layer import AttentionLayer
 from sglang.srt.layers.attention.registry import create_attention_backend
 from sglang.srt.layers.linear import prepack_cpu_linears
-from sglang.srt.model_executor.output_head import OutputHead
 from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_executor.forward_io import ForwardInput, ForwardOutput
 from sglang.srt.model_executor.multimodal_batch import build_multimodal_batch, has_images, vision_info
-from sglang.srt.utils.hub import resolve_model_path
+from sglang.srt.model_executor.output_head import OutputHead
 from sglang.srt.model_loader.loader import load_model
 from sglang.srt.models import model_class
 from sglang.srt.server_args import ServerArgs
-from sglang.srt.errors import ConfigError
+from sglang.srt.utils.hub import resolve_model_path
 
 if TYPE_CHECKING:
     from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner
@@ -83,8 +83,13 @@ class ModelRunner:
             self.embed([np.zeros(2, dtype=np.int64)])
         logger.info(
             "loaded %s (%s) on %s in %s: pooling=%s normalize=%s context=%d attention=%s",
-            model_dir, self.model_config.architecture, self.device, self.model_config.dtype,
-            self.model_config.pooling, self.model_config.normalize, self.model_config.context_length,
+            model_dir,
+            self.model_config.architecture,
+            self.device,
+            self.model_config.dtype,
+            self.model_config.pooling,
+            self.model_config.normalize,
+            self.model_config.context_length,
             self.attn_backend.name,
         )
 
@@ -101,7 +106,11 @@ class ModelRunner:
         from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner
 
         return CudaGraphRunner(
-            self.model, self.attn_backend, self.model_config.hidden_size, self.model_config.dtype, self.device,
+            self.model,
+            self.attn_backend,
+            self.model_config.hidden_size,
+            self.model_config.dtype,
+            self.device,
             max_tokens=min(sa.cuda_graph_max_tokens, sa.max_num_tokens),
             max_seqs=min(sa.cuda_graph_max_seqs, sa.max_batch_size),
         )
@@ -130,8 +139,9 @@ class ModelRunner:
             **mc.output.info(),  # embeddings_output (dense / sparse / logits), sparse_head, labels
         )
 
-    def build_batch(self, token_lists: Sequence[np.ndarray],
-                    token_type_lists: Optional[Sequence[Optional[np.ndarray]]] = None) -> ForwardBatch:
+    def build_batch(
+        self, token_lists: Sequence[np.ndarray], token_type_lists: Optional[Sequence[Optional[np.ndarray]]] = None
+    ) -> ForwardBatch:
         fb = ForwardBatch.from_token_lists(token_lists, self.device, token_type_lists)
         fb.attn_backend = self.attn_backend  # metadata is built in forward(), eager batches only
         return fb
@@ -178,8 +188,9 @@ class ModelRunner:
         fb.attn_backend = self.attn_backend
         return self.forward(fb).to("cpu", torch.float32).numpy()
 
-    def embed(self, token_lists: Sequence[np.ndarray],
-              token_type_lists: Optional[Sequence[Optional[np.ndarray]]] = None) -> np.ndarray:
+    def embed(
+        self, token_lists: Sequence[np.ndarray], token_type_lists: Optional[Sequence[Optional[np.ndarray]]] = None
+    ) -> np.ndarray:
         """Token lists -> float32 numpy [B, dim]; the whole path the scheduler runs per batch."""
         out = self.forward(self.build_batch(token_lists, token_type_lists))
         return out.to("cpu", torch.float32).numpy()

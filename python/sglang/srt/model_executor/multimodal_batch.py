@@ -22,8 +22,9 @@ def has_images(reqs: Sequence[ForwardInput]) -> bool:
     return any(r.mrope_positions is not None for r in reqs)
 
 
-def build_multimodal_batch(reqs: Sequence[ForwardInput], device: torch.device | str,
-                           image_token_id: int, pixel_dtype: torch.dtype) -> ForwardBatch:
+def build_multimodal_batch(
+    reqs: Sequence[ForwardInput], device: torch.device | str, image_token_id: int, pixel_dtype: torch.dtype
+) -> ForwardBatch:
     """One packed batch: every image of every input for one vision forward, every token for one
     language-model forward. The rows an input's `image_token_id` tokens occupy in the packed batch
     receive its image features, input by input, in order (so a text input that happens to contain
@@ -61,5 +62,8 @@ def vision_info(model_config) -> Optional[VisionInfo]:
     if not ModelRegistry.spec(model_config.architecture).image_inputs:
         return None
     cfg = model_config.hf_config
-    return VisionInfo(model_dir=model_config.model_path, image_token_id=int(cfg.image_token_id),
-                      spatial_merge_size=int(cfg.vision_config.spatial_merge_size))
+    return VisionInfo(
+        model_dir=model_config.model_path,
+        image_token_id=int(cfg.image_token_id),
+        spatial_merge_size=int(cfg.vision_config.spatial_merge_size),
+    )

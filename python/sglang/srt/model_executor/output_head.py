@@ -73,15 +73,20 @@ class OutputHead:
         self.sparse_head = sparse
 
     @classmethod
-    def build(cls, model_config: ModelConfig, model: nn.Module, device: torch.device,
-              server_args: ServerArgs) -> "OutputHead":
+    def build(
+        cls, model_config: ModelConfig, model: nn.Module, device: torch.device, server_args: ServerArgs
+    ) -> "OutputHead":
         out = model_config.output
         dense: Optional[nn.Module] = None
         if out.classifier is not None:
-            text_config = model_config.hf_config.get_text_config() if hasattr(
-                model_config.hf_config, "get_text_config") else model_config.hf_config
-            dense = build_classifier(out.classifier, text_config, len(out.labels), model_config.model_path,
-                                     device, model_config.dtype)
+            text_config = (
+                model_config.hf_config.get_text_config()
+                if hasattr(model_config.hf_config, "get_text_config")
+                else model_config.hf_config
+            )
+            dense = build_classifier(
+                out.classifier, text_config, len(out.labels), model_config.model_path, device, model_config.dtype
+            )
         elif out.has_dense:
             dense = PooledEmbeddingHead(model_config).to(device)
         sparse = _build_sparse(model_config, model, device, server_args) if out.sparse is not None else None
@@ -93,7 +98,9 @@ class OutputHead:
             return hidden.new_zeros((fb.batch_size, 0), dtype=torch.float32)
         return self.dense_head(hidden, fb)
 
-    def run(self, hidden: torch.Tensor, fb: ForwardBatch, sparse_rows: Sequence[bool]) -> Union[np.ndarray, ForwardOutput]:
+    def run(
+        self, hidden: torch.Tensor, fb: ForwardBatch, sparse_rows: Sequence[bool]
+    ) -> Union[np.ndarray, ForwardOutput]:
         """The dense output for the batch, plus sparse rows when any input asked for them."""
         dense = self.dense(hidden, fb).to("cpu", torch.float32).numpy()
         if not any(sparse_rows):

@@ -8,9 +8,9 @@ import torch
 from torch import nn
 
 from sglang.srt.configs.model_config import ModelConfig
-from sglang.srt.model_loader.weight_utils import iterate_weights
 from sglang.srt.configs.model_registry import ModelRegistry
 from sglang.srt.errors import ConfigError
+from sglang.srt.model_loader.weight_utils import iterate_weights
 
 logger = logging.getLogger(__name__)
 

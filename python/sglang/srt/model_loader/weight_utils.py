@@ -129,6 +129,7 @@ def fill_parameters(module: nn.Module, state: dict[str, torch.Tensor], what: str
         for name, param in params.items():
             tensor = state[name]
             if tuple(tensor.shape) != tuple(param.shape):
-                raise ConfigError(f"{what}: tensor {name} has shape {tuple(tensor.shape)}, "
-                                  f"expected {tuple(param.shape)}")
+                raise ConfigError(
+                    f"{what}: tensor {name} has shape {tuple(tensor.shape)}, expected {tuple(param.shape)}"
+                )
             param.copy_(tensor.to(param.dtype))

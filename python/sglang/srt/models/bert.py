@@ -11,8 +11,7 @@ from sglang.srt.layers.activation import get_activation
 from sglang.srt.layers.attention.layer import AttentionLayer
 from sglang.srt.layers.layernorm import LayerNorm
 from sglang.srt.layers.linear import Linear, QKVLinear
-from sglang.srt.model_loader.weight_utils import default_weight_loader
-from sglang.srt.model_loader.weight_utils import load_weights_into
+from sglang.srt.model_loader.weight_utils import default_weight_loader, load_weights_into
 
 if TYPE_CHECKING:
     from sglang.srt.model_executor.forward_batch import ForwardBatch
@@ -144,7 +143,7 @@ class BertModel(nn.Module):
     def _rename(self, name: str) -> Optional[str]:
         for prefix in self.checkpoint_prefixes:
             if name.startswith(prefix):
-                name = name[len(prefix):]
+                name = name[len(prefix) :]
                 break
         if not name.startswith(("embeddings.", "encoder.")):
             return None  # pooler, MLM / classification heads

@@ -16,14 +16,13 @@ from typing import TYPE_CHECKING, Iterable, Optional
 import torch
 from torch import nn
 
+from sglang.srt.errors import ConfigError
 from sglang.srt.layers.activation import silu_and_mul
 from sglang.srt.layers.attention.layer import AttentionLayer
 from sglang.srt.layers.layernorm import RMSNorm
 from sglang.srt.layers.linear import Linear, MergedLinear, QKVLinear
-from sglang.srt.model_loader.weight_utils import default_weight_loader
 from sglang.srt.layers.rotary_embedding import RotaryEmbedding
-from sglang.srt.model_loader.weight_utils import load_weights_into
-from sglang.srt.errors import ConfigError
+from sglang.srt.model_loader.weight_utils import default_weight_loader, load_weights_into
 
 if TYPE_CHECKING:
     from sglang.srt.model_executor.forward_batch import ForwardBatch
@@ -63,16 +62,24 @@ class DecoderAttention(nn.Module):
         self.o_proj = Linear(heads * self.head_dim, hidden, bias=opts.o_bias)
         self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if opts.qk_norm else None
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps) if opts.qk_norm else None
-        self.attn = AttentionLayer(heads, self.head_dim, kv_heads, causal=True,
-                                   sliding_window=sliding_window_of(config, layer_id), layer_id=layer_id)
+        self.attn = AttentionLayer(
+            heads,
+            self.head_dim,
+            kv_heads,
+            causal=True,
+            sliding_window=sliding_window_of(config, layer_id),
+            layer_id=layer_id,
+        )
 
-    def forward(self, x: torch.Tensor, cos_sin: torch.Tensor, rotary: RotaryEmbedding,
-                fb: ForwardBatch) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cos_sin: torch.Tensor, rotary: RotaryEmbedding, fb: ForwardBatch
+    ) -> torch.Tensor:
         return rotary_self_attention(self, x, cos_sin, rotary, fb)
 
 
-def rotary_self_attention(m: nn.Module, x: torch.Tensor, cos_sin: torch.Tensor, rotary: RotaryEmbedding,
-                          fb: ForwardBatch) -> torch.Tensor:
+def rotary_self_attention(
+    m: nn.Module, x: torch.Tensor, cos_sin: torch.Tensor, rotary: RotaryEmbedding, fb: ForwardBatch
+) -> torch.Tensor:
     """A decoder attention block's forward: fused qkv, optional per-head q/k RMSNorm (Qwen3,
     Gemma3), RoPE, attention, output projection. `m` has qkv_proj, q_norm / k_norm (or None),
     head_dim, attn and o_proj."""
@@ -106,8 +113,9 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, x: torch.Tensor, cos_sin: torch.Tensor, rotary: RotaryEmbedding,
-                fb: ForwardBatch) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cos_sin: torch.Tensor, rotary: RotaryEmbedding, fb: ForwardBatch
+    ) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), cos_sin, rotary, fb)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -135,7 +143,7 @@ def load_decoder_weights(model: nn.Module, weights: Iterable[tuple[str, torch.Te
     def rename(name: str) -> Optional[str]:
         if name.startswith(skip):
             return None
-        return name[len("model."):] if name.startswith("model.") else name
+        return name[len("model.") :] if name.startswith("model.") else name
 
     return load_weights_into(model, weights, model.stacked_params_mapping, rename)
 

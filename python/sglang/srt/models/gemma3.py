@@ -31,8 +31,8 @@ from sglang.srt.layers.activation import get_activation
 from sglang.srt.layers.attention.layer import AttentionLayer
 from sglang.srt.layers.layernorm import RMSNorm
 from sglang.srt.layers.linear import Linear, MergedLinear, QKVLinear
-from sglang.srt.model_loader.weight_utils import default_weight_loader
 from sglang.srt.layers.rotary_embedding import RotaryEmbedding
+from sglang.srt.model_loader.weight_utils import default_weight_loader
 from sglang.srt.models.decoder import DECODER_STACKED_PARAMS, load_decoder_weights, rotary_self_attention
 
 if TYPE_CHECKING:
@@ -92,13 +92,18 @@ class Gemma3Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps, offset=1.0)
         self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps, offset=1.0)
         self.attn = AttentionLayer(
-            heads, self.head_dim, kv_heads, scaling=float(config.query_pre_attn_scalar) ** -0.5,
-            causal=not is_bidirectional(config), sliding_window=sliding_window_of(config) if sliding else None,
+            heads,
+            self.head_dim,
+            kv_heads,
+            scaling=float(config.query_pre_attn_scalar) ** -0.5,
+            causal=not is_bidirectional(config),
+            sliding_window=sliding_window_of(config) if sliding else None,
             layer_id=layer_id,
         )
 
-    def forward(self, x: torch.Tensor, cos_sin: torch.Tensor, rotary: RotaryEmbedding,
-                fb: ForwardBatch) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cos_sin: torch.Tensor, rotary: RotaryEmbedding, fb: ForwardBatch
+    ) -> torch.Tensor:
         return rotary_self_attention(self, x, cos_sin, rotary, fb)
 
 
@@ -127,8 +132,9 @@ class Gemma3Layer(nn.Module):
         self.pre_feedforward_layernorm = RMSNorm(config.hidden_size, eps, offset=1.0)
         self.post_feedforward_layernorm = RMSNorm(config.hidden_size, eps, offset=1.0)
 
-    def forward(self, x: torch.Tensor, cos_sin: torch.Tensor, rotary: RotaryEmbedding,
-                fb: ForwardBatch) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cos_sin: torch.Tensor, rotary: RotaryEmbedding, fb: ForwardBatch
+    ) -> torch.Tensor:
         x = x + self.post_attention_layernorm(self.self_attn(self.input_layernorm(x), cos_sin, rotary, fb))
         return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
 

@@ -65,10 +65,14 @@ class Qwen2VLForConditionalGeneration(nn.Module):
     def _rename(name: str) -> Optional[str]:
         """transformers 4 / GME layout (`model.layers...`, `visual...`) and transformers 5 layout
         (`model.language_model.layers...`, `model.visual...`) onto ours."""
-        for prefix, ours in (("model.language_model.", "language_model."), ("model.visual.", "visual."),
-                             ("visual.", "visual."), ("model.", "language_model.")):
+        for prefix, ours in (
+            ("model.language_model.", "language_model."),
+            ("model.visual.", "visual."),
+            ("visual.", "visual."),
+            ("model.", "language_model."),
+        ):
             if name.startswith(prefix):
-                return ours + name[len(prefix):]
+                return ours + name[len(prefix) :]
         return None  # lm_head and anything else we never run
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:

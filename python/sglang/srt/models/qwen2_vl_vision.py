@@ -24,8 +24,8 @@ from sglang.srt.layers.activation import get_activation
 from sglang.srt.layers.attention.torch_native_backend import plan_groups
 from sglang.srt.layers.layernorm import LayerNorm
 from sglang.srt.layers.linear import Linear
-from sglang.srt.model_loader.weight_utils import default_weight_loader
 from sglang.srt.layers.rotary_embedding import apply_rotary
+from sglang.srt.model_loader.weight_utils import default_weight_loader
 
 
 @dataclass
@@ -45,8 +45,9 @@ def patch_positions(grid_thw: np.ndarray, merge: int) -> np.ndarray:
     for t, h, w in grid_thw.tolist():
         hpos = np.broadcast_to(np.arange(h)[:, None], (h, w))
         wpos = np.broadcast_to(np.arange(w)[None, :], (h, w))
-        blocks = [p.reshape(h // merge, merge, w // merge, merge).transpose(0, 2, 1, 3).reshape(-1)
-                  for p in (hpos, wpos)]
+        blocks = [
+            p.reshape(h // merge, merge, w // merge, merge).transpose(0, 2, 1, 3).reshape(-1) for p in (hpos, wpos)
+        ]
         out.append(np.tile(np.stack(blocks, axis=1), (t, 1)))
     return np.concatenate(out).astype(np.int64)
 
@@ -82,14 +83,16 @@ class VisionAttention(nn.Module):
         out = torch.empty_like(q)
         for count, length, span, rows in vb.groups:
             if span is not None:
-                qg, kg, vg = q[span[0]:span[1]], k[span[0]:span[1]], v[span[0]:span[1]]
+                qg, kg, vg = q[span[0] : span[1]], k[span[0] : span[1]], v[span[0] : span[1]]
             else:
                 qg, kg, vg = (t.index_select(0, rows) for t in (q, k, v))
-            og = F.scaled_dot_product_attention(
-                *(t.reshape(count, length, h, d).transpose(1, 2) for t in (qg, kg, vg))
-            ).transpose(1, 2).reshape(count * length, h * d)
+            og = (
+                F.scaled_dot_product_attention(*(t.reshape(count, length, h, d).transpose(1, 2) for t in (qg, kg, vg)))
+                .transpose(1, 2)
+                .reshape(count * length, h * d)
+            )
             if span is not None:
-                out[span[0]:span[1]] = og
+                out[span[0] : span[1]] = og
             else:
                 out.index_copy_(0, rows, og)
         return self.proj(out.reshape(n, h * d))
@@ -140,7 +143,7 @@ class Qwen2VisionTransformer(nn.Module):
     def __init__(self, config) -> None:
         super().__init__()
         channels = getattr(config, "in_channels", None) or getattr(config, "in_chans", 3)
-        patch_dim = channels * config.temporal_patch_size * config.patch_size ** 2
+        patch_dim = channels * config.temporal_patch_size * config.patch_size**2
         self.merge = int(config.spatial_merge_size)
         self.head_dim = config.embed_dim // config.num_heads
         self.patch_embed = PatchEmbed(patch_dim, config.embed_dim)
@@ -148,7 +151,7 @@ class Qwen2VisionTransformer(nn.Module):
         self.merger = PatchMerger(config.hidden_size, config.embed_dim, self.merge)
         theta = float((getattr(config, "rope_parameters", None) or {}).get("rope_theta", 10000.0))
         quarter = torch.arange(0, self.head_dim // 2, 2, dtype=torch.float32) / (self.head_dim // 2)
-        self.register_buffer("inv_freq", 1.0 / theta ** quarter, persistent=False)  # [head_dim / 4]
+        self.register_buffer("inv_freq", 1.0 / theta**quarter, persistent=False)  # [head_dim / 4]
 
     def prepare(self, grid_thw: np.ndarray, device: torch.device) -> VisionBatch:
         """Rotary angles and attention groups of one batch, from the host-side grids (no syncs)."""

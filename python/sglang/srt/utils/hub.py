@@ -42,8 +42,11 @@ def resolve_model_path(model_path: str, revision: Optional[str] = None, cache_di
     offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
     try:
         path = snapshot_download(
-            model_path, revision=revision, cache_dir=cache_dir,
-            allow_patterns=_ALLOW_PATTERNS, local_files_only=offline,
+            model_path,
+            revision=revision,
+            cache_dir=cache_dir,
+            allow_patterns=_ALLOW_PATTERNS,
+            local_files_only=offline,
         )
     except HFValidationError as e:
         raise ConfigError(f"'{model_path}' is neither a local directory nor a valid hub id") from e
@@ -55,8 +58,11 @@ def resolve_model_path(model_path: str, revision: Optional[str] = None, cache_di
         # Only .bin weights upstream: fetch those too.
         try:
             path = snapshot_download(
-                model_path, revision=revision, cache_dir=cache_dir,
-                allow_patterns=_ALLOW_PATTERNS + ["*.bin"], local_files_only=offline,
+                model_path,
+                revision=revision,
+                cache_dir=cache_dir,
+                allow_patterns=_ALLOW_PATTERNS + ["*.bin"],
+                local_files_only=offline,
             )
         except Exception as e:
             raise ConfigError(f"Could not get the weights of '{model_path}': {e}") from e

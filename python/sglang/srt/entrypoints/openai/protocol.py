@@ -32,8 +32,9 @@ class EmbeddingRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     input: EmbeddingInputField = Field(
-        ..., description='A string, a list of strings, a list of token ids, a list of token-id lists, '
-                         'or a list of {"text", "image"} objects (one embedding each).'
+        ...,
+        description="A string, a list of strings, a list of token ids, a list of token-id lists, "
+        'or a list of {"text", "image"} objects (one embedding each).',
     )
     model: Optional[str] = Field(None, description="Must name the served model when given.")
     encoding_format: Literal["float", "base64"] = Field(
@@ -49,7 +50,7 @@ class EmbeddingRequest(BaseModel):
         if not (isinstance(value, list) and any(isinstance(x, dict) for x in value)):
             return value
         if not all(isinstance(x, dict) for x in value):
-            raise ValueError("'input' cannot mix {\"text\", \"image\"} objects with strings or token ids.")
+            raise ValueError('\'input\' cannot mix {"text", "image"} objects with strings or token ids.')
         for i, item in enumerate(value):
             unknown = sorted(set(item) - {"text", "image"})
             if unknown:

@@ -47,8 +47,12 @@ class OpenAIServingBase(Generic[RequestT]):
     def check_model_name(self, requested: Optional[str]) -> None:
         """A `model` other than the served one is OpenAI's 404 model_not_found (omitted is fine)."""
         if requested is not None and requested != self.served_model_name:
-            raise EmbeddingError(ErrorKind.MODEL_NOT_FOUND, f"The model `{requested}` does not exist.", param="model",
-                                 code="model_not_found")
+            raise EmbeddingError(
+                ErrorKind.MODEL_NOT_FOUND,
+                f"The model `{requested}` does not exist.",
+                param="model",
+                code="model_not_found",
+            )
 
     def check_batch_size(self, n: int) -> None:
         """Refuse more inputs than one request may carry: --max-client-batch-size, and never more
@@ -59,11 +63,17 @@ class OpenAIServingBase(Generic[RequestT]):
         if args.max_queue_size < limit:
             limit, flag = args.max_queue_size, "--max-queue-size"
         if n > limit:
-            raise EmbeddingError(ErrorKind.TOO_LARGE, f"The request has {n} inputs; this server takes at most "
-                                                      f"{limit} per request ({flag}).", param="input")
+            raise EmbeddingError(
+                ErrorKind.TOO_LARGE,
+                f"The request has {n} inputs; this server takes at most {limit} per request ({flag}).",
+                param="input",
+            )
 
     def require_classifier(self) -> None:
         if not self.tm.model_info.is_classifier:
-            raise EmbeddingError(ErrorKind.INVALID_REQUEST,
-                                 f"Model '{self.served_model_name}' is not a classification model; {self.endpoint} "
-                                 "needs a *ForSequenceClassification checkpoint.", param="model")
+            raise EmbeddingError(
+                ErrorKind.INVALID_REQUEST,
+                f"Model '{self.served_model_name}' is not a classification model; {self.endpoint} "
+                "needs a *ForSequenceClassification checkpoint.",
+                param="model",
+            )

@@ -37,8 +37,15 @@ def classify_items(logit_rows: Sequence[np.ndarray], labels: Sequence[str], prob
     for i, logits in enumerate(logit_rows):
         logits = logits.astype(np.float64)
         probs = probabilities(logits, problem_type)
-        items.append({"index": i, "label": labels[int(np.argmax(probs))], "probs": probs.tolist(),
-                      "logits": logits.tolist(), "num_classes": len(labels)})
+        items.append(
+            {
+                "index": i,
+                "label": labels[int(np.argmax(probs))],
+                "probs": probs.tolist(),
+                "logits": logits.tolist(),
+                "num_classes": len(labels),
+            }
+        )
     return items
 
 

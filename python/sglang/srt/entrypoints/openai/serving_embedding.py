@@ -22,21 +22,26 @@ def sparse_embeddings_format(model_info: ModelInfo, requested: str) -> Optional[
     if model_info.embeddings_output is not OutputKind.SPARSE:
         return None
     if requested == FORMAT_BASE64:
-        raise EmbeddingError(ErrorKind.INVALID_REQUEST, "encoding_format 'base64' is not available for sparse "
-                                                        "embeddings; use 'float' ({token_id: weight} objects).",
-                             param="encoding_format")
+        raise EmbeddingError(
+            ErrorKind.INVALID_REQUEST,
+            "encoding_format 'base64' is not available for sparse "
+            "embeddings; use 'float' ({token_id: weight} objects).",
+            param="encoding_format",
+        )
     return FORMAT_SPARSE_DICT
 
 
 def render_response(result: EmbeddingResult, model: str) -> bytes:
     """Splice the detokenizer's ready-made payloads into OpenAI's response shape."""
     items = b",".join(
-        b'{"object":"embedding","index":%d,"embedding":%s}' % (i, payload)
-        for i, payload in enumerate(result.payloads)
+        b'{"object":"embedding","index":%d,"embedding":%s}' % (i, payload) for i, payload in enumerate(result.payloads)
     )
     tokens = sum(result.prompt_tokens)
     return (
-        b'{"object":"list","data":[' + items + b'],"model":' + orjson.dumps(model)
+        b'{"object":"list","data":['
+        + items
+        + b'],"model":'
+        + orjson.dumps(model)
         + b',"usage":{"prompt_tokens":%d,"total_tokens":%d}}' % (tokens, tokens)
     )
 

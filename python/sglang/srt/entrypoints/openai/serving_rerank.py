@@ -45,14 +45,18 @@ class OpenAIServingRerank(OpenAIServingBase[RerankRequest]):
         self.require_classifier()
         labels = self.tm.model_info.labels or ()
         if len(labels) != 1:
-            raise EmbeddingError(ErrorKind.INVALID_REQUEST,
-                                 f"Model '{self.served_model_name}' has {len(labels)} labels; /v1/rerank needs a "
-                                 "cross-encoder with a single relevance logit (use /v1/classify).", param="model")
+            raise EmbeddingError(
+                ErrorKind.INVALID_REQUEST,
+                f"Model '{self.served_model_name}' has {len(labels)} labels; /v1/rerank needs a "
+                "cross-encoder with a single relevance logit (use /v1/classify).",
+                param="model",
+            )
         if not request.documents:
             raise EmbeddingError(ErrorKind.INVALID_REQUEST, "documents cannot be empty.", param="documents")
         if request.top_n is not None and request.top_n < 1:
-            raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"top_n must be at least 1, got {request.top_n}.",
-                                 param="top_n")
+            raise EmbeddingError(
+                ErrorKind.INVALID_REQUEST, f"top_n must be at least 1, got {request.top_n}.", param="top_n"
+            )
 
     def convert(self, request: RerankRequest) -> EmbeddingReqInput:
         pairs = [(request.query, doc) for doc in request.documents]

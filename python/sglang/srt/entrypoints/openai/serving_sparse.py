@@ -23,8 +23,12 @@ class ServingSparseEmbedding(OpenAIServingBase[SparseEmbedRequest]):
     def validate(self, request: SparseEmbedRequest) -> None:
         # TEI's request names no model.
         if not self.tm.model_info.sparse_head:
-            raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"Model '{self.served_model_name}' has no sparse head; "
-                                 "serve a SPLADE or bge-m3 checkpoint, or pass --sparse-head.", param="model")
+            raise EmbeddingError(
+                ErrorKind.INVALID_REQUEST,
+                f"Model '{self.served_model_name}' has no sparse head; "
+                "serve a SPLADE or bge-m3 checkpoint, or pass --sparse-head.",
+                param="model",
+            )
 
     def convert(self, request: SparseEmbedRequest) -> EmbeddingReqInput:
         texts = [request.inputs] if isinstance(request.inputs, str) else list(request.inputs)

@@ -26,8 +26,11 @@ class ClassifyRequest(BaseModel):
 class ClassifyData(BaseModel):
     index: int
     label: str = Field(..., description="id2label of the most probable class.")
-    probs: list[float] = Field(..., description="softmax of the logits (sigmoid for one label or multi-label "
-                                                "models; the logits themselves for regression).")
+    probs: list[float] = Field(
+        ...,
+        description="softmax of the logits (sigmoid for one label or multi-label "
+        "models; the logits themselves for regression).",
+    )
     logits: list[float]
     num_classes: int
 

@@ -73,9 +73,16 @@ class BuildResult:
 def build_kernel(sources: tuple[Path, ...] = SOURCES, headers: tuple[Path, ...] = HEADERS) -> BuildResult:
     """The cached library for this machine, compiling it first if needed."""
     code = b"\0".join(f.read_bytes() for f in (*sources, *headers))
-    key = hashlib.sha256(b"\0".join([
-        code, " ".join(BASE_FLAGS).encode(), _cpu_signature().encode(), platform.machine().encode(),
-    ])).hexdigest()[:16]
+    key = hashlib.sha256(
+        b"\0".join(
+            [
+                code,
+                " ".join(BASE_FLAGS).encode(),
+                _cpu_signature().encode(),
+                platform.machine().encode(),
+            ]
+        )
+    ).hexdigest()[:16]
     target = cache_dir() / f"{sources[0].stem}-{key}.so"
     if target.exists():
         return BuildResult(target)
@@ -116,44 +123,92 @@ class VarlenAttentionKernel:
         self.path = path
         self._fn = ctypes.CDLL(str(path)).sgl_varlen_attention
         i64, i32 = ctypes.c_int64, ctypes.c_int
-        self._fn.argtypes = [ctypes.c_void_p] * 4 + [i32, ctypes.c_void_p] + [i32] * 4 + [i64] * 4 + [
-            ctypes.c_float, i32, i32, i32, i64, i32, i32]
+        self._fn.argtypes = (
+            [ctypes.c_void_p] * 4
+            + [i32, ctypes.c_void_p]
+            + [i32] * 4
+            + [i64] * 4
+            + [ctypes.c_float, i32, i32, i32, i64, i32, i32]
+        )
         self._fn.restype = i32
 
-    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                 cu_seqlens: torch.Tensor, *, num_heads: int, num_kv_heads: int, head_dim: int,
-                 scale: float, causal: bool, window: Optional[int], block_rows: int = 64,
-                 scratch_budget: int = 1 << 20, max_seq_len: int = 0,
-                 num_threads: Optional[int] = None) -> torch.Tensor:
+    def __call__(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        out: torch.Tensor,
+        cu_seqlens: torch.Tensor,
+        *,
+        num_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        scale: float,
+        causal: bool,
+        window: Optional[int],
+        block_rows: int = 64,
+        scratch_budget: int = 1 << 20,
+        max_seq_len: int = 0,
+        num_threads: Optional[int] = None,
+    ) -> torch.Tensor:
         """out[T, H*D] = attention of q[T, H*D] over k, v[T, Hk*D]; rows of each must be dense.
 
         Sequences longer than `max_seq_len` (when > 0) are skipped: their rows of `out` are left
         as they were, for the caller to fill."""
         for name, x in (("q", q), ("k", k), ("v", v), ("out", out)):
             if x.device.type != "cpu" or x.dtype != q.dtype or x.dim() != 2 or x.stride(1) != 1:
-                raise ValueError(f"{name} must be a CPU [tokens, heads*head_dim] tensor with dense rows "
-                                 f"and q's dtype; got {x.dtype} {tuple(x.shape)} stride {x.stride()}")
+                raise ValueError(
+                    f"{name} must be a CPU [tokens, heads*head_dim] tensor with dense rows "
+                    f"and q's dtype; got {x.dtype} {tuple(x.shape)} stride {x.stride()}"
+                )
         if q.dtype not in DTYPE_CODES:
             raise ValueError(f"the CPU attention kernel handles float32 and bfloat16, not {q.dtype}")
-        if (cu_seqlens.dtype != torch.int32 or cu_seqlens.device.type != "cpu" or not cu_seqlens.is_contiguous()
-                or cu_seqlens.numel() < 1):
+        if (
+            cu_seqlens.dtype != torch.int32
+            or cu_seqlens.device.type != "cpu"
+            or not cu_seqlens.is_contiguous()
+            or cu_seqlens.numel() < 1
+        ):
             raise ValueError("cu_seqlens must be a non-empty contiguous int32 CPU tensor (ForwardBatch.cu_seqlens)")
         # The C side trusts these: every row it touches must exist.
         tokens = q.shape[0]
         if num_heads < 1 or num_kv_heads < 1 or head_dim < 1 or num_heads % num_kv_heads:
             raise ValueError(f"bad head layout: {num_heads} heads, {num_kv_heads} kv heads, head_dim {head_dim}")
-        if (q.shape[1] != num_heads * head_dim or out.shape != q.shape
-                or k.shape != (tokens, num_kv_heads * head_dim) or v.shape != k.shape):
-            raise ValueError(f"shapes do not match {num_heads} x {head_dim} query and {num_kv_heads} kv heads: "
-                             f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, out {tuple(out.shape)}")
+        if (
+            q.shape[1] != num_heads * head_dim
+            or out.shape != q.shape
+            or k.shape != (tokens, num_kv_heads * head_dim)
+            or v.shape != k.shape
+        ):
+            raise ValueError(
+                f"shapes do not match {num_heads} x {head_dim} query and {num_kv_heads} kv heads: "
+                f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, out {tuple(out.shape)}"
+            )
         lowest, highest = torch.aminmax(cu_seqlens)
         if int(lowest) < 0 or int(highest) > tokens:
             raise ValueError(f"cu_seqlens must lie within [0, {tokens}]")
         rc = self._fn(
-            q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), DTYPE_CODES[q.dtype],
-            cu_seqlens.data_ptr(), cu_seqlens.numel() - 1, num_heads, num_kv_heads, head_dim,
-            q.stride(0), k.stride(0), v.stride(0), out.stride(0), scale, int(causal), window or 0,
-            block_rows, scratch_budget, max_seq_len, num_threads or torch.get_num_threads(),
+            q.data_ptr(),
+            k.data_ptr(),
+            v.data_ptr(),
+            out.data_ptr(),
+            DTYPE_CODES[q.dtype],
+            cu_seqlens.data_ptr(),
+            cu_seqlens.numel() - 1,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            q.stride(0),
+            k.stride(0),
+            v.stride(0),
+            out.stride(0),
+            scale,
+            int(causal),
+            window or 0,
+            block_rows,
+            scratch_budget,
+            max_seq_len,
+            num_threads or torch.get_num_threads(),
         )
         if rc != 0:
             raise MemoryError("the CPU attention kernel could not allocate its scratch memory")

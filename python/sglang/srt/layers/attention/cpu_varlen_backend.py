@@ -65,9 +65,18 @@ class CpuVarlenAttnBackend(AttentionBackend):
         q, k, v = self._dense_rows(q), self._dense_rows(k), self._dense_rows(v)
         out = torch.empty(q.shape, dtype=q.dtype)
         self.kernel(
-            q, k, v, out, forward_batch.cu_seqlens,
-            num_heads=layer.num_heads, num_kv_heads=layer.num_kv_heads, head_dim=layer.head_dim,
-            scale=layer.scaling, causal=layer.causal, window=layer.sliding_window, block_rows=BLOCK_ROWS,
+            q,
+            k,
+            v,
+            out,
+            forward_batch.cu_seqlens,
+            num_heads=layer.num_heads,
+            num_kv_heads=layer.num_kv_heads,
+            head_dim=layer.head_dim,
+            scale=layer.scaling,
+            causal=layer.causal,
+            window=layer.sliding_window,
+            block_rows=BLOCK_ROWS,
             max_seq_len=self.max_kernel_len,
         )
         if long_groups:

@@ -67,8 +67,7 @@ class FlashInferAttnBackend(AttentionBackend):
     def __init__(self, model_config: "ModelConfig", device: torch.device) -> None:
         self.device = device
         self.dtype = model_config.dtype
-        self.num_sms = (torch.cuda.get_device_properties(device).multi_processor_count
-                        if device.type == "cuda" else 132)
+        self.num_sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 132
         self.float_workspace = torch.empty(DEFAULT_FLOAT_WORKSPACE_BYTES, dtype=torch.uint8, device=device)
         self.shapes: list[AttnShape] = []
         self._eager: dict[PlanSpec, Any] = {}
@@ -100,7 +99,8 @@ class FlashInferAttnBackend(AttentionBackend):
             wrapper = self._eager.get(spec)
             if wrapper is None:
                 wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(
-                    self.float_workspace, "NHD", backend=KERNEL_BACKEND)
+                    self.float_workspace, "NHD", backend=KERNEL_BACKEND
+                )
                 self._eager[spec] = wrapper
             self._plan(wrapper, spec, fb, meta.cu_cpu)
             meta.by_spec[spec] = wrapper
@@ -108,8 +108,13 @@ class FlashInferAttnBackend(AttentionBackend):
         return wrapper
 
     def _plan(self, wrapper, spec: PlanSpec, fb: "ForwardBatch", cu_cpu: torch.Tensor) -> None:
-        common = dict(causal=spec.causal, window_left=spec.window_left, sm_scale=spec.sm_scale,
-                      q_data_type=self.dtype, kv_data_type=self.dtype)
+        common = dict(
+            causal=spec.causal,
+            window_left=spec.window_left,
+            sm_scale=spec.sm_scale,
+            q_data_type=self.dtype,
+            kv_data_type=self.dtype,
+        )
         heads = (spec.num_qo_heads, spec.num_kv_heads, spec.head_dim)
         if spec.mask_window:
             # FlashInfer bit-packs a custom mask on the GPU with a kernel that reads the indptr, so
@@ -120,8 +125,9 @@ class FlashInferAttnBackend(AttentionBackend):
             wrapper.plan(cu_cpu, cu_cpu, *heads, **common)
 
     # ----- per layer -----
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: "AttentionLayer",
-                forward_batch: "ForwardBatch") -> torch.Tensor:
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: "AttentionLayer", forward_batch: "ForwardBatch"
+    ) -> torch.Tensor:
         meta: FlashInferMetadata = forward_batch.attn_metadata
         shape = AttnShape.of(layer)
         wrapper = meta.wrappers.get(shape)
@@ -153,8 +159,7 @@ class FlashInferAttnBackend(AttentionBackend):
         max_tokens = max(t for t, _ in buckets)
         max_seqs = max(n for _, n in buckets)
         mask_bytes = (max_tokens * max_tokens + 7) // 8 + max_seqs
-        mask_bufs = {s: torch.empty(mask_bytes, dtype=torch.uint8, device=self.device)
-                     for s in specs if s.mask_window}
+        mask_bufs = {s: torch.empty(mask_bytes, dtype=torch.uint8, device=self.device) for s in specs if s.mask_window}
         self._graphs.clear()
         for tokens, seqs in buckets:
             qo_indptr = torch.zeros(seqs + 1, dtype=torch.int32, device=self.device)
@@ -163,9 +168,13 @@ class FlashInferAttnBackend(AttentionBackend):
             wrappers = {}
             for spec in specs:
                 wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(
-                    self.float_workspace, "NHD", use_cuda_graph=True,
-                    qo_indptr_buf=qo_indptr, kv_indptr_buf=kv_indptr,
-                    custom_mask_buf=mask_bufs.get(spec), mask_indptr_buf=mask_indptr if spec.mask_window else None,
+                    self.float_workspace,
+                    "NHD",
+                    use_cuda_graph=True,
+                    qo_indptr_buf=qo_indptr,
+                    kv_indptr_buf=kv_indptr,
+                    custom_mask_buf=mask_bufs.get(spec),
+                    mask_indptr_buf=mask_indptr if spec.mask_window else None,
                     backend=KERNEL_BACKEND,
                 )
                 wrapper.reset_workspace_buffer(self.float_workspace, int_ws[spec])
@@ -175,7 +184,8 @@ class FlashInferAttnBackend(AttentionBackend):
     def init_forward_metadata_capture_cuda_graph(self, forward_batch: "ForwardBatch") -> None:
         bucket = self._graph_bucket(forward_batch)
         forward_batch.attn_metadata = FlashInferMetadata(
-            wrappers={s: bucket.wrappers[plan_spec(s, None)] for s in self.shapes}, lazy=False)
+            wrappers={s: bucket.wrappers[plan_spec(s, None)] for s in self.shapes}, lazy=False
+        )
         self._plan_graph(bucket, forward_batch)
 
     def init_forward_metadata_replay_cuda_graph(self, forward_batch: "ForwardBatch") -> None:

@@ -43,8 +43,14 @@ class AttnShape(NamedTuple):
 
     @classmethod
     def of(cls, layer: "AttentionLayer") -> "AttnShape":
-        return cls(layer.num_heads, layer.num_kv_heads, layer.head_dim, bool(layer.causal),
-                   layer.sliding_window, float(layer.scaling))
+        return cls(
+            layer.num_heads,
+            layer.num_kv_heads,
+            layer.head_dim,
+            bool(layer.causal),
+            layer.sliding_window,
+            float(layer.scaling),
+        )
 
 
 @dataclass(frozen=True)
@@ -76,8 +82,15 @@ def plan_spec(shape: AttnShape, max_seqlen: Optional[int]) -> PlanSpec:
             window_left = w - 1
         elif max_seqlen is None or max_seqlen > w:
             mask_window = w
-    return PlanSpec(shape.num_heads, shape.num_kv_heads, padded_head_dim(shape.head_dim),
-                    shape.causal, window_left, mask_window, shape.scaling)
+    return PlanSpec(
+        shape.num_heads,
+        shape.num_kv_heads,
+        padded_head_dim(shape.head_dim),
+        shape.causal,
+        window_left,
+        mask_window,
+        shape.scaling,
+    )
 
 
 def cu_seqlens_cpu(seq_lens: Sequence[int]) -> torch.Tensor:

@@ -35,5 +35,7 @@ class AttentionLayer(nn.Module):
         return forward_batch.attn_backend.forward(q, k, v, self, forward_batch)
 
     def extra_repr(self) -> str:
-        return (f"heads={self.num_heads}, kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
-                f"causal={self.causal}, sliding_window={self.sliding_window}")
+        return (
+            f"heads={self.num_heads}, kv_heads={self.num_kv_heads}, head_dim={self.head_dim}, "
+            f"causal={self.causal}, sliding_window={self.sliding_window}"
+        )

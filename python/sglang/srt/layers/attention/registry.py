@@ -56,18 +56,22 @@ def _cpu_varlen(device: torch.device, model_config: ModelConfig) -> AttentionBac
         raise ConfigError(f"--attention-backend cpu_varlen runs on the CPU; this model is on {device.type}")
     backend = cpu_varlen_or_reason(model_config)
     if not isinstance(backend, AttentionBackend):
-        raise ConfigError(f"--attention-backend cpu_varlen is unavailable: {backend}; "
-                          "use --attention-backend torch_native")
+        raise ConfigError(
+            f"--attention-backend cpu_varlen is unavailable: {backend}; use --attention-backend torch_native"
+        )
     return backend
 
 
 def _flashinfer(device: torch.device, model_config: ModelConfig) -> AttentionBackend:
     if device.type != "cuda":
-        raise ConfigError("--attention-backend flashinfer needs a CUDA GPU and the flashinfer package "
-                          f"({INSTALL_GPU_HINT}); no CUDA device here: use --attention-backend torch_native")
+        raise ConfigError(
+            "--attention-backend flashinfer needs a CUDA GPU and the flashinfer package "
+            f"({INSTALL_GPU_HINT}); no CUDA device here: use --attention-backend torch_native"
+        )
     if not _is_half(model_config):
-        raise ConfigError("--attention-backend flashinfer needs --dtype bfloat16 or float16 "
-                          f"(got {_dtype_name(model_config.dtype)})")
+        raise ConfigError(
+            f"--attention-backend flashinfer needs --dtype bfloat16 or float16 (got {_dtype_name(model_config.dtype)})"
+        )
     try:
         from sglang.srt.layers.attention.flashinfer_backend import FlashInferAttnBackend
     except ImportError as e:

@@ -90,7 +90,9 @@ class TorchNativeAttnBackend(AttentionBackend):
         slots = torch.nonzero(valid.flatten(), as_tuple=False).squeeze(1)
         padded = bool((~valid).any())
         return AttnGroup(
-            g, lmax, None,
+            g,
+            lmax,
+            None,
             gather=gather.flatten().to(device),
             scatter=gather.flatten()[slots].to(device),
             real_slots=slots.to(device) if padded else None,
@@ -132,17 +134,21 @@ class TorchNativeAttnBackend(AttentionBackend):
             else:
                 qg, kg, vg = (x.index_select(0, group.gather) for x in (q, k, v))
             mask = self._mask(group, layer, q.device)
-            og = F.scaled_dot_product_attention(
-                qg.view(g, lmax, h, d).transpose(1, 2),
-                kg.view(g, lmax, hk, d).transpose(1, 2),
-                vg.view(g, lmax, hk, d).transpose(1, 2),
-                attn_mask=mask,
-                is_causal=layer.causal and mask is None,
-                scale=layer.scaling,
-                enable_gqa=gqa,
-            ).transpose(1, 2).reshape(g * lmax, h * d)
+            og = (
+                F.scaled_dot_product_attention(
+                    qg.view(g, lmax, h, d).transpose(1, 2),
+                    kg.view(g, lmax, hk, d).transpose(1, 2),
+                    vg.view(g, lmax, hk, d).transpose(1, 2),
+                    attn_mask=mask,
+                    is_causal=layer.causal and mask is None,
+                    scale=layer.scaling,
+                    enable_gqa=gqa,
+                )
+                .transpose(1, 2)
+                .reshape(g * lmax, h * d)
+            )
             if group.span is not None:
-                out[group.span[0]:group.span[1]] = og
+                out[group.span[0] : group.span[1]] = og
             else:
                 real = og if group.real_slots is None else og.index_select(0, group.real_slots)
                 out.index_copy_(0, group.scatter, real)

@@ -152,8 +152,9 @@ def _from_data_uri(uri: str, limits: ImageFetchLimits) -> bytes:
 
 def _decode_base64(text: str, limits: ImageFetchLimits) -> bytes:
     if len(text) * 3 // 4 > limits.max_bytes + 2:  # judge by size before decoding
-        raise ImageLoadError(f"the image is about {len(text) * 3 // 4} bytes, "
-                             f"over the limit of {limits.max_bytes} bytes")
+        raise ImageLoadError(
+            f"the image is about {len(text) * 3 // 4} bytes, over the limit of {limits.max_bytes} bytes"
+        )
     text = text.replace("-", "+").replace("_", "/")  # URL-safe alphabet too
     try:
         return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)

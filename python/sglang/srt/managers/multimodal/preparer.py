@@ -19,8 +19,8 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.configs.chat_template import PromptTemplate, load_chat_template
+from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import MultimodalItem, TokenizedEmbeddingReqInput
 from sglang.srt.managers.multimodal.image_fetch import ImageFetchLimits, ImageLoadError, decode_image, read_image_bytes
@@ -78,8 +78,10 @@ class MultimodalPreparer:
     def pools(self) -> tuple[ThreadPoolExecutor, ThreadPoolExecutor]:
         """(fetch, process) thread pools, started with the first image."""
         if self._pools is None:
-            self._pools = (ThreadPoolExecutor(FETCH_WORKERS, thread_name_prefix="sglang-image-fetch"),
-                           ThreadPoolExecutor(PROCESS_WORKERS, thread_name_prefix="sglang-image-process"))
+            self._pools = (
+                ThreadPoolExecutor(FETCH_WORKERS, thread_name_prefix="sglang-image-fetch"),
+                ThreadPoolExecutor(PROCESS_WORKERS, thread_name_prefix="sglang-image-process"),
+            )
         return self._pools
 
     def close(self) -> None:
@@ -91,8 +93,9 @@ class MultimodalPreparer:
         if not items:
             raise EmbeddingError(ErrorKind.INVALID_REQUEST, "Input cannot be empty.", param="input")
         prompts = [self._render(i, item) for i, item in enumerate(items)]
-        loads = {i: asyncio.ensure_future(self._load(item.image))
-                 for i, item in enumerate(items) if item.image is not None}
+        loads = {
+            i: asyncio.ensure_future(self._load(item.image)) for i, item in enumerate(items) if item.image is not None
+        }
         try:
             ids = self._tokenize(prompts)
         finally:
@@ -104,8 +107,10 @@ class MultimodalPreparer:
                 raise item_error(i, f"could not load image: {err}")
             if isinstance(err, BaseException):  # a bug on our side, not a bad image
                 logger.error("image preprocessing of item %d failed: %r", i, err)
-                raise EmbeddingError(ErrorKind.INTERNAL, f"Item {i}: internal error while processing the image: "
-                                          f"{type(err).__name__}: {err}")
+                raise EmbeddingError(
+                    ErrorKind.INTERNAL,
+                    f"Item {i}: internal error while processing the image: {type(err).__name__}: {err}",
+                )
         return [self._finish(i, ids[i], images.get(i)) for i in range(len(items))]
 
     def _render(self, index: int, item: MultimodalItem) -> str:
@@ -120,8 +125,10 @@ class MultimodalPreparer:
             if self.images is None:
                 raise item_error(index, "this model does not take image inputs.")
             if self.template is None:
-                raise item_error(index, "image inputs need a chat template; start the server with "
-                                        "--chat-template (e.g. gme-qwen2-vl).")
+                raise item_error(
+                    index,
+                    "image inputs need a chat template; start the server with --chat-template (e.g. gme-qwen2-vl).",
+                )
         if self.template is None:
             return item.text
         try:
@@ -131,8 +138,9 @@ class MultimodalPreparer:
 
     def _tokenize(self, prompts: list[str]) -> list[np.ndarray]:
         # A template writes its special tokens itself; without one an item is a plain string.
-        enc = self.tokenizer(prompts, add_special_tokens=self.template is None,
-                             return_attention_mask=False, return_token_type_ids=False)
+        enc = self.tokenizer(
+            prompts, add_special_tokens=self.template is None, return_attention_mask=False, return_token_type_ids=False
+        )
         return [np.asarray(x, dtype=np.int32) for x in enc["input_ids"]]
 
     async def _load(self, source: str) -> tuple[np.ndarray, np.ndarray]:
@@ -154,8 +162,11 @@ class MultimodalPreparer:
         if placeholders != (1 if image is not None else 0):
             if image is None:
                 raise item_error(index, "the text contains the image placeholder token.")
-            raise item_error(index, f"the prompt holds {placeholders} image placeholder tokens, expected one "
-                                    "(the text may contain it, or the chat template may lack it).")
+            raise item_error(
+                index,
+                f"the prompt holds {placeholders} image placeholder tokens, expected one "
+                "(the text may contain it, or the chat template may lack it).",
+            )
         out = PreparedItem(ids)
         image_tokens = 0
         if image is not None:
@@ -167,11 +178,17 @@ class MultimodalPreparer:
         n = len(out.input_ids)
         of_image = f", {image_tokens} of them for the image" if image_tokens else ""
         if n > self.context_length:
-            raise item_error(index, f"the input ({n} tokens{of_image}) is longer than the model's context "
-                                    f"length ({self.context_length} tokens).")
+            raise item_error(
+                index,
+                f"the input ({n} tokens{of_image}) is longer than the model's context "
+                f"length ({self.context_length} tokens).",
+            )
         if n > self.max_num_tokens:
-            raise item_error(index, f"the input ({n} tokens{of_image}) is longer than the server's per-batch "
-                                    f"token budget (--max-num-tokens {self.max_num_tokens}).")
+            raise item_error(
+                index,
+                f"the input ({n} tokens{of_image}) is longer than the server's per-batch "
+                f"token budget (--max-num-tokens {self.max_num_tokens}).",
+            )
         return out
 
 

@@ -26,12 +26,16 @@ class Qwen2VLImages:
         try:
             self.processor = AutoImageProcessor.from_pretrained(model_dir, **overrides)
         except (OSError, ValueError) as e:
-            raise ConfigError(f"Could not load the image processor (preprocessor_config.json) in {model_dir}: "
-                              f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from e
+            raise ConfigError(
+                f"Could not load the image processor (preprocessor_config.json) in {model_dir}: "
+                f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}"
+            ) from e
         for attr in ("patch_size", "merge_size", "temporal_patch_size"):
             if not hasattr(self.processor, attr):
-                raise ConfigError(f"The image processor in {model_dir} ({type(self.processor).__name__}) is not "
-                                  "a Qwen2-VL one (it has no patch_size / merge_size / temporal_patch_size)")
+                raise ConfigError(
+                    f"The image processor in {model_dir} ({type(self.processor).__name__}) is not "
+                    "a Qwen2-VL one (it has no patch_size / merge_size / temporal_patch_size)"
+                )
         self.merge_size = int(self.processor.merge_size)
         self.min_pixels, self.max_pixels = _pixel_range(self.processor)
         if self.min_pixels > self.max_pixels:
@@ -95,9 +99,9 @@ def mrope_positions(ids: np.ndarray, image_token_id: int, grids: Sequence[np.nda
         gh, gw = h // merge_size, w // merge_size
         tt, hh, ww = np.meshgrid(np.arange(t), np.arange(gh), np.arange(gw), indexing="ij")
         count = t * gh * gw
-        if not is_image[start:start + count].all() or (start + count < n and is_image[start + count]):
+        if not is_image[start : start + count].all() or (start + count < n and is_image[start + count]):
             raise ValueError(f"an image of {count} tokens does not match its run of image tokens at {start}")
-        out[:, start:start + count] = np.stack([tt.reshape(-1), hh.reshape(-1), ww.reshape(-1)]) + pos
+        out[:, start : start + count] = np.stack([tt.reshape(-1), hh.reshape(-1), ww.reshape(-1)]) + pos
         pos += max(gh, gw)
         cursor = start + count
     out[:, cursor:] = pos + np.arange(n - cursor)
