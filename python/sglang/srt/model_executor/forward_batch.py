@@ -27,6 +27,10 @@ class ForwardBatch:
     seq_lens_cpu: list[int]
     max_seqlen: int
     token_type_ids: Optional[torch.Tensor] = None  # [T] int64
+    # Keys per sequence when some tokens may not be attended (ColBERT query expansion: the [MASK]
+    # tokens appended to a query are queries, never keys); None: every token is a key.
+    key_lens: Optional[torch.Tensor] = None  # [B] int32
+    key_lens_cpu: Optional[list[int]] = None
     attn_backend: Optional["AttentionBackend"] = None
     attn_metadata: Any = None
     # Images (Qwen2-VL), set by model_executor/multimodal_batch.py for batches that hold any:
@@ -49,6 +53,7 @@ class ForwardBatch:
         device: torch.device | str,
         token_type_lists: Optional[Sequence[Optional[np.ndarray]]] = None,
         attn_backend: Optional["AttentionBackend"] = None,
+        key_lens: Optional[Sequence[Optional[int]]] = None,
     ) -> "ForwardBatch":
         lens = np.fromiter((len(t) for t in token_lists), dtype=np.int64, count=len(token_lists))
         if lens.size == 0 or lens.min() < 1:
@@ -82,6 +87,10 @@ class ForwardBatch:
             token_type_ids=to_dev(types) if types is not None else None,
             attn_backend=attn_backend,
         )
+        if key_lens is not None and any(k is not None and k < n for k, n in zip(key_lens, batch.seq_lens_cpu)):
+            keys = [n if k is None else max(1, min(int(k), n)) for k, n in zip(key_lens, batch.seq_lens_cpu)]
+            batch.key_lens_cpu = keys
+            batch.key_lens = to_dev(np.asarray(keys, dtype=np.int32))
         if attn_backend is not None:
             attn_backend.init_forward_metadata(batch)
         return batch

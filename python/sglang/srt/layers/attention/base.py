@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import torch
 
 if TYPE_CHECKING:
     from sglang.srt.layers.attention.layer import AttentionLayer
+    from sglang.srt.layers.attention.position_bias import PositionBias
     from sglang.srt.model_executor.forward_batch import ForwardBatch
 
 
@@ -20,6 +21,11 @@ class AttentionBackend(ABC):
     """
 
     name: str = "base"
+    # Extras some models need (the backends that lack one are never chosen for such a model or
+    # batch): an additive relative-position score bias (`position_bias`, MPNet), and per-sequence
+    # key counts (`ForwardBatch.key_lens`, ColBERT's query expansion).
+    supports_position_bias: bool = False
+    supports_key_lens: bool = False
 
     @abstractmethod
     def init_forward_metadata(self, forward_batch: "ForwardBatch") -> None:
@@ -33,8 +39,10 @@ class AttentionBackend(ABC):
         v: torch.Tensor,
         layer: "AttentionLayer",
         forward_batch: "ForwardBatch",
+        position_bias: Optional["PositionBias"] = None,
     ) -> torch.Tensor:
-        """Attention for one layer."""
+        """Attention for one layer (plus `position_bias` on the scores, for backends that
+        support it)."""
 
     def bind_layers(self, layers: Sequence["AttentionLayer"]) -> None:
         """Learn every attention shape the model uses, once after loading (before any forward).

@@ -36,6 +36,9 @@ BASE_FLAGS = ["-O3", "-std=c11", "-ffp-contract=fast", "-fPIC", "-shared", "-fop
 # still beats torch's kernel.
 ARCH_FLAG_CHOICES = (["-march=native"], ["-mcpu=native"], [])
 BUILD_TIMEOUT_S = 120
+# Columns a position-bias table needs past its last relative offset: the kernel reads whole
+# vectors of 16 keys (VL in varlen_common.h).
+BIAS_SLACK = 16
 
 
 def cache_dir() -> Path:
@@ -129,6 +132,7 @@ class VarlenAttentionKernel:
             + [i32] * 4
             + [i64] * 4
             + [ctypes.c_float, i32, i32, i32, i64, i32, i32]
+            + [ctypes.c_void_p, i64, i64, ctypes.c_void_p]
         )
         self._fn.restype = i32
 
@@ -150,11 +154,16 @@ class VarlenAttentionKernel:
         scratch_budget: int = 1 << 20,
         max_seq_len: int = 0,
         num_threads: Optional[int] = None,
+        bias: Optional[torch.Tensor] = None,
+        bias_center: int = 0,
+        key_lens: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         """out[T, H*D] = attention of q[T, H*D] over k, v[T, Hk*D]; rows of each must be dense.
 
         Sequences longer than `max_seq_len` (when > 0) are skipped: their rows of `out` are left
-        as they were, for the caller to fill."""
+        as they were, for the caller to fill. `bias` (float32 [H, W]) adds bias[h, bias_center +
+        j - i] to the score of query i and key j (see PositionBias); `key_lens` (int32 [B]) limits
+        sequence b's keys to its first key_lens[b] tokens."""
         for name, x in (("q", q), ("k", k), ("v", v), ("out", out)):
             if x.device.type != "cpu" or x.dtype != q.dtype or x.dim() != 2 or x.stride(1) != 1:
                 raise ValueError(
@@ -187,6 +196,17 @@ class VarlenAttentionKernel:
         lowest, highest = torch.aminmax(cu_seqlens)
         if int(lowest) < 0 or int(highest) > tokens:
             raise ValueError(f"cu_seqlens must lie within [0, {tokens}]")
+        bias_ptr, bias_stride = self._check_bias(bias, bias_center, num_heads, cu_seqlens)
+        key_ptr = 0
+        if key_lens is not None:
+            if (
+                key_lens.dtype != torch.int32
+                or key_lens.device.type != "cpu"
+                or not key_lens.is_contiguous()
+                or key_lens.numel() != cu_seqlens.numel() - 1
+            ):
+                raise ValueError("key_lens must be a contiguous int32 CPU tensor with one entry per sequence")
+            key_ptr = key_lens.data_ptr()
         rc = self._fn(
             q.data_ptr(),
             k.data_ptr(),
@@ -209,10 +229,32 @@ class VarlenAttentionKernel:
             scratch_budget,
             max_seq_len,
             num_threads or torch.get_num_threads(),
+            bias_ptr,
+            bias_stride,
+            bias_center,
+            key_ptr,
         )
         if rc != 0:
             raise MemoryError("the CPU attention kernel could not allocate its scratch memory")
         return out
+
+    @staticmethod
+    def _check_bias(
+        bias: Optional[torch.Tensor], center: int, num_heads: int, cu_seqlens: torch.Tensor
+    ) -> tuple[int, int]:
+        """(pointer, row stride) of a position-bias table the C side may index without checks."""
+        if bias is None:
+            return 0, 0
+        if bias.dtype != torch.float32 or bias.device.type != "cpu" or bias.dim() != 2 or not bias.is_contiguous():
+            raise ValueError("bias must be a contiguous float32 CPU tensor [num_heads, width]")
+        longest = int((cu_seqlens[1:] - cu_seqlens[:-1]).max()) if cu_seqlens.numel() > 1 else 0
+        # Offsets j - i run from -(longest - 1) to longest - 1, plus a vector's slack past the end.
+        if bias.shape[0] != num_heads or center < longest - 1 or bias.shape[1] < center + longest + BIAS_SLACK:
+            raise ValueError(
+                f"bias {tuple(bias.shape)} with center {center} does not cover {num_heads} heads and "
+                f"sequences of {longest} tokens"
+            )
+        return bias.data_ptr(), bias.stride(0)
 
 
 def load_kernel() -> tuple[Optional[VarlenAttentionKernel], str]:

@@ -36,6 +36,8 @@ MAX_KERNEL_LEN = {torch.float32: 256, torch.bfloat16: 512}
 
 class CpuVarlenAttnBackend(AttentionBackend):
     name = "cpu_varlen"
+    supports_position_bias = True
+    supports_key_lens = True
 
     def __init__(self, kernel: VarlenAttentionKernel, max_kernel_len: int = 0) -> None:
         self.kernel = kernel
@@ -49,18 +51,22 @@ class CpuVarlenAttnBackend(AttentionBackend):
     def init_forward_metadata(self, forward_batch: "ForwardBatch") -> None:
         """The kernel reads the batch's own cu_seqlens; only sequences over the limit need a plan."""
         limit, lens = self.max_kernel_len, forward_batch.seq_lens_cpu
+        keys = forward_batch.key_lens_cpu or lens
         long_groups = []
         if limit and max(lens, default=0) > limit:
-            for start, n in zip(itertools.accumulate(lens, initial=0), lens):
+            for start, n, kn in zip(itertools.accumulate(lens, initial=0), lens, keys):
                 if n > limit:
-                    long_groups.append(AttnGroup(1, n, (start, start + n)))
+                    key_valid = (torch.arange(n) < kn)[None] if kn < n else None
+                    long_groups.append(AttnGroup(1, n, (start, start + n), key_valid=key_valid))
         forward_batch.attn_metadata = long_groups
 
     @staticmethod
     def _dense_rows(x: torch.Tensor) -> torch.Tensor:
         return x if x.stride(-1) == 1 else x.contiguous()
 
-    def forward(self, q, k, v, layer: "AttentionLayer", forward_batch: "ForwardBatch") -> torch.Tensor:
+    def forward(
+        self, q, k, v, layer: "AttentionLayer", forward_batch: "ForwardBatch", position_bias=None
+    ) -> torch.Tensor:
         long_groups: list[AttnGroup] = forward_batch.attn_metadata
         q, k, v = self._dense_rows(q), self._dense_rows(k), self._dense_rows(v)
         out = torch.empty(q.shape, dtype=q.dtype)
@@ -78,7 +84,10 @@ class CpuVarlenAttnBackend(AttentionBackend):
             window=layer.sliding_window,
             block_rows=BLOCK_ROWS,
             max_seq_len=self.max_kernel_len,
+            bias=None if position_bias is None else position_bias.table,
+            bias_center=0 if position_bias is None else position_bias.center,
+            key_lens=forward_batch.key_lens,
         )
         if long_groups:
-            self.sdpa.run_groups(q, k, v, layer, long_groups, out)
+            self.sdpa.run_groups(q, k, v, layer, long_groups, out, position_bias)
         return out

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
+    from sglang.srt.layers.attention.position_bias import PositionBias
     from sglang.srt.model_executor.forward_batch import ForwardBatch
 
 
@@ -31,8 +32,17 @@ class AttentionLayer(nn.Module):
         self.sliding_window = sliding_window  # tokens on each side (None: unlimited)
         self.layer_id = layer_id
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, forward_batch: "ForwardBatch") -> torch.Tensor:
-        return forward_batch.attn_backend.forward(q, k, v, self, forward_batch)
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        forward_batch: "ForwardBatch",
+        position_bias: Optional["PositionBias"] = None,
+    ) -> torch.Tensor:
+        if position_bias is None:
+            return forward_batch.attn_backend.forward(q, k, v, self, forward_batch)
+        return forward_batch.attn_backend.forward(q, k, v, self, forward_batch, position_bias=position_bias)
 
     def extra_repr(self) -> str:
         return (

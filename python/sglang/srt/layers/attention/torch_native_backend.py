@@ -22,6 +22,7 @@ from sglang.srt.layers.attention.base import AttentionBackend
 
 if TYPE_CHECKING:
     from sglang.srt.layers.attention.layer import AttentionLayer
+    from sglang.srt.layers.attention.position_bias import PositionBias
     from sglang.srt.model_executor.forward_batch import ForwardBatch
 
 
@@ -35,8 +36,8 @@ class AttnGroup:
     gather: Optional[torch.Tensor] = None  # [num_seqs * max_len] packed-token index per grid slot
     scatter: Optional[torch.Tensor] = None  # [n_real] packed index of each real token, grid order
     real_slots: Optional[torch.Tensor] = None  # [n_real] grid slot of each real token (None: no pads)
-    key_valid: Optional[torch.Tensor] = None  # [num_seqs, max_len] bool (None: no pads)
-    masks: dict = field(default_factory=dict)  # (causal, window) -> bool mask, built once per batch
+    key_valid: Optional[torch.Tensor] = None  # [num_seqs, max_len] bool (None: every slot is a key)
+    masks: dict = field(default_factory=dict)  # (causal, window, bias) -> mask, built once per batch
 
 
 def plan_groups(lengths: list[int], max_padding: float = 0.0) -> list[list[int]]:
@@ -59,12 +60,15 @@ def plan_groups(lengths: list[int], max_padding: float = 0.0) -> list[list[int]]
 
 class TorchNativeAttnBackend(AttentionBackend):
     name = "torch_native"
+    supports_position_bias = True
+    supports_key_lens = True
 
     def __init__(self, max_padding: float = 0.0) -> None:
         self.max_padding = max_padding
 
     def init_forward_metadata(self, forward_batch: "ForwardBatch") -> None:
         lens = forward_batch.seq_lens_cpu
+        keys = forward_batch.key_lens_cpu or lens
         starts = [0] * len(lens)
         for i in range(1, len(lens)):
             starts[i] = starts[i - 1] + lens[i - 1]
@@ -72,16 +76,21 @@ class TorchNativeAttnBackend(AttentionBackend):
         groups = []
         for members in plan_groups(lens, self.max_padding):
             if len(members) == 1:
-                s = starts[members[0]]
-                groups.append(AttnGroup(1, lens[members[0]], (s, s + lens[members[0]])))
+                b = members[0]
+                s = starts[b]
+                limited = None
+                if keys[b] < lens[b]:  # a lone sequence whose trailing tokens are not keys
+                    limited = (torch.arange(lens[b], device=device) < keys[b])[None]
+                groups.append(AttnGroup(1, lens[b], (s, s + lens[b]), key_valid=limited))
                 continue
-            groups.append(self._padded_group(members, lens, starts, device))
+            groups.append(self._padded_group(members, lens, keys, starts, device))
         forward_batch.attn_metadata = groups
 
     @staticmethod
-    def _padded_group(members: list[int], lens: list[int], starts: list[int], device) -> AttnGroup:
+    def _padded_group(members: list[int], lens: list[int], keys: list[int], starts: list[int], device) -> AttnGroup:
         g, lmax = len(members), lens[members[0]]
         seq_len = torch.tensor([lens[i] for i in members], dtype=torch.long)
+        key_len = torch.tensor([keys[i] for i in members], dtype=torch.long)
         seq_start = torch.tensor([starts[i] for i in members], dtype=torch.long)
         pos = torch.arange(lmax, dtype=torch.long)
         valid = pos[None, :] < seq_len[:, None]  # [g, lmax]
@@ -89,6 +98,7 @@ class TorchNativeAttnBackend(AttentionBackend):
         gather = seq_start[:, None] + torch.where(valid, pos[None, :], torch.zeros_like(pos)[None, :])
         slots = torch.nonzero(valid.flatten(), as_tuple=False).squeeze(1)
         padded = bool((~valid).any())
+        key_valid = pos[None, :] < key_len[:, None]
         return AttnGroup(
             g,
             lmax,
@@ -96,17 +106,20 @@ class TorchNativeAttnBackend(AttentionBackend):
             gather=gather.flatten().to(device),
             scatter=gather.flatten()[slots].to(device),
             real_slots=slots.to(device) if padded else None,
-            key_valid=valid.to(device) if padded else None,
+            key_valid=key_valid.to(device) if bool((~key_valid).any()) else None,
         )
 
     @staticmethod
-    def _mask(group: AttnGroup, layer: "AttentionLayer", device) -> Optional[torch.Tensor]:
-        """Boolean mask (True: attend) or None when SDPA needs none / only is_causal."""
-        key = (layer.causal, layer.sliding_window)
+    def _mask(
+        group: AttnGroup, layer: "AttentionLayer", device, bias: Optional["PositionBias"] = None
+    ) -> Optional[torch.Tensor]:
+        """Boolean mask (True: attend), a float mask (added to the scores, -inf where not
+        allowed) when there is a position bias, or None when SDPA needs none / only is_causal."""
+        key = (layer.causal, layer.sliding_window, None if bias is None else id(bias.table))
         if key in group.masks:
             return group.masks[key]
         mask = group.key_valid[:, None, None, :] if group.key_valid is not None else None
-        needs_pattern = layer.sliding_window is not None or (layer.causal and mask is not None)
+        needs_pattern = layer.sliding_window is not None or (layer.causal and (mask is not None or bias is not None))
         if needs_pattern:
             i = torch.arange(group.max_len, device=device)
             rel = i[None, :] - i[:, None]  # key index - query index
@@ -116,13 +129,27 @@ class TorchNativeAttnBackend(AttentionBackend):
             if layer.sliding_window is not None:
                 allowed &= rel.abs() < layer.sliding_window
             mask = allowed[None, None] if mask is None else mask & allowed[None, None]
+        if bias is not None:
+            scores = bias.dense(group.max_len).to(device)[None]  # [1, heads, L, L]
+            mask = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
         group.masks[key] = mask
         return mask
 
-    def forward(self, q, k, v, layer: "AttentionLayer", forward_batch: "ForwardBatch") -> torch.Tensor:
-        return self.run_groups(q, k, v, layer, forward_batch.attn_metadata, torch.empty_like(q))
+    def forward(
+        self, q, k, v, layer: "AttentionLayer", forward_batch: "ForwardBatch", position_bias=None
+    ) -> torch.Tensor:
+        return self.run_groups(q, k, v, layer, forward_batch.attn_metadata, torch.empty_like(q), position_bias)
 
-    def run_groups(self, q, k, v, layer: "AttentionLayer", groups: list[AttnGroup], out: torch.Tensor) -> torch.Tensor:
+    def run_groups(
+        self,
+        q,
+        k,
+        v,
+        layer: "AttentionLayer",
+        groups: list[AttnGroup],
+        out: torch.Tensor,
+        position_bias: Optional["PositionBias"] = None,
+    ) -> torch.Tensor:
         """SDPA for each group, written into its rows of `out` (other rows are left as they are)."""
         h, hk, d = layer.num_heads, layer.num_kv_heads, layer.head_dim
         gqa = hk != h
@@ -133,7 +160,9 @@ class TorchNativeAttnBackend(AttentionBackend):
                 qg, kg, vg = q[s:e], k[s:e], v[s:e]
             else:
                 qg, kg, vg = (x.index_select(0, group.gather) for x in (q, k, v))
-            mask = self._mask(group, layer, q.device)
+            mask = self._mask(group, layer, q.device, position_bias)
+            if mask is not None and mask.dtype != torch.bool and mask.dtype != q.dtype:
+                mask = mask.to(q.dtype)
             og = (
                 F.scaled_dot_product_attention(
                     qg.view(g, lmax, h, d).transpose(1, 2),

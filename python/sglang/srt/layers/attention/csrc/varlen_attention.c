@@ -12,7 +12,9 @@
  * Layout: q is [T, num_heads * head_dim], k and v are [T, num_kv_heads * head_dim], each with its
  * own row stride (so q, k and v may be column slices of one fused projection); out is
  * [T, num_heads * head_dim]. Sequence b owns rows cu_seqlens[b] .. cu_seqlens[b+1]. Query row i of
- * a sequence may attend key j when (!causal || j <= i) && (window <= 0 || |i - j| < window).
+ * a sequence may attend key j when (!causal || j <= i) && (window <= 0 || |i - j| < window), and
+ * j < key_lens[b] when key counts are given; an optional per-head bias indexed by j - i is added
+ * to the scores (MPNet's relative positions).
  * Storage is float32 or bfloat16; scores, softmax and sums are float32. For bfloat16 on CPUs with
  * avx512_bf16, varlen_attention_bf16.c takes over the two products (bf16 dot-product instructions).
  *
@@ -73,6 +75,7 @@ static void attend_head(const Problem *p, Scratch *s, const Item *it, int head) 
                 vf kv = vload(kt + (size_t)d * np + jb);
                 for (int rr = 0; rr < QROWS; rr++) acc[rr] += qr[rr][d] * kv;
             }
+            if (p->bias) add_position_bias(p, it, head, r, rows, jb, acc);
             mask_scores(probs, np, jb, acc, lo, hi, rowmax);
         }
         float inv_sum[QROWS];
@@ -131,9 +134,11 @@ int sgl_varlen_attention(const void *q, const void *k, const void *v, void *out,
                          const int32_t *cu_seqlens, int num_seqs, int num_heads, int num_kv_heads,
                          int head_dim, int64_t q_stride, int64_t k_stride, int64_t v_stride,
                          int64_t o_stride, float scale, int causal, int window, int block_rows,
-                         int64_t scratch_budget, int max_seq_len, int num_threads) {
+                         int64_t scratch_budget, int max_seq_len, int num_threads, const float *bias,
+                         int64_t bias_stride, int64_t bias_center, const int32_t *key_lens) {
     Problem p = {q, k, v, out, dtype, head_dim, round_up(head_dim, VL), num_heads / num_kv_heads,
-                 q_stride, k_stride, v_stride, o_stride, scale, causal, window};
+                 q_stride, k_stride, v_stride, o_stride, scale, causal, window, bias, bias_stride,
+                 bias_center, key_lens};
     if (num_threads < 1) num_threads = 1;
     int64_t want = 4 * (int64_t)num_threads; /* items that keep every thread busy to the end */
     int ours = 0; /* sequences this call attends */
@@ -204,8 +209,10 @@ int sgl_varlen_attention(const void *q, const void *k, const void *v, void *out,
             it.r0 = blk * per;
             it.r1 = it.r0 + per < it.len ? it.r0 + per : it.len;
             if (it.r0 >= it.r1) continue;
-            key_range(&p, it.r0, it.len, &it.j0, &unused);
-            key_range(&p, it.r1 - 1, it.len, &unused, &it.j1);
+            it.keys = it.len;
+            if (p.key_lens && p.key_lens[b] < it.len) it.keys = p.key_lens[b] > 0 ? p.key_lens[b] : 1;
+            key_range(&p, it.r0, it.keys, &it.j0, &unused);
+            key_range(&p, it.r1 - 1, it.keys, &unused, &it.j1);
             it.h0 = items[i * 3 + 2];
             it.h1 = it.h0 + heads_per_item < num_heads ? it.h0 + heads_per_item : num_heads;
             it.kh0 = it.h0 / p.group;

@@ -75,6 +75,7 @@ static void attend_head_pairs(const Problem *p, Scratch *s, const Item *it, int 
             }
             vf scores[QROWS];
             for (int rr = 0; rr < QROWS; rr++) scores[rr] = (vf)acc[rr] * p->scale;
+            if (p->bias) add_position_bias(p, it, head, r, rows, jb, scores);
             mask_scores(probs, np, jb, scores, lo, hi, rowmax);
         }
         float inv_sum[QROWS];

@@ -133,6 +133,16 @@ typedef struct {
     int64_t q_stride, k_stride, v_stride, o_stride;
     float scale;
     int causal, window;
+    /* Optional additive score bias that depends on the key's position relative to the query's
+     * (MPNet's relative position buckets): score(h, i, j) += bias[h * bias_stride + bias_center + j - i].
+     * NULL: none. The caller sizes each head's row to cover every j - i of the batch plus one
+     * vector (VL) of slack, so a whole vector of keys past a sequence's end stays in bounds. */
+    const float *bias;
+    int64_t bias_stride;
+    int64_t bias_center;
+    /* Optional per-sequence key counts: query rows of sequence b attend only its first key_lens[b]
+     * tokens (ColBERT's query expansion tokens are queries but never keys). NULL: every token. */
+    const int32_t *key_lens;
 } Problem;
 
 /* One item's rows in float32. Sizes are capacities, fixed per thread for the whole call. */
@@ -166,18 +176,21 @@ static inline int scratch_init(Scratch *s, int max_keys, int max_rows, int heads
     return 0;
 }
 
-/* Key range [lo, hi) that query row i (of a sequence of length len) may attend. */
-static inline void key_range(const Problem *p, int i, int len, int *lo, int *hi) {
+/* Key range [lo, hi) that query row i may attend, in a sequence whose first `keys` tokens are
+ * keys (its length, unless key_lens says fewer). */
+static inline void key_range(const Problem *p, int i, int keys, int *lo, int *hi) {
     *lo = (p->window > 0 && i - p->window + 1 > 0) ? i - p->window + 1 : 0;
-    *hi = p->causal ? i + 1 : len;
+    *hi = p->causal ? i + 1 : keys;
+    if (*hi > keys) *hi = keys;
     if (p->window > 0 && i + p->window < *hi) *hi = i + p->window;
+    if (*lo >= *hi) *lo = *hi > 0 ? *hi - 1 : 0; /* never an empty row: a window past the keys keeps the last */
 }
 
 /* What one work item covers: query rows [r0, r1) of the sequence at packed row `start`, keys
  * [j0, j1) of it, query heads [h0, h1) and the kv heads [kh0, kh1) they read. */
 typedef struct {
     int64_t start;
-    int len, r0, r1, j0, j1, h0, h1, kh0, kh1;
+    int len, keys, r0, r1, j0, j1, h0, h1, kh0, kh1; /* keys: tokens that may be attended (<= len) */
 } Item;
 
 /* Store one vector of four rows' scores, -inf where a row may not attend, tracking row maxima.
@@ -225,11 +238,18 @@ static inline int row_group(const Problem *p, const Item *it, int r, int *qrow, 
     for (int rr = 0; rr < QROWS; rr++) {
         int i = r + (rr < rows ? rr : rows - 1);
         qrow[rr] = i - it->r0;
-        key_range(p, i, it->len, &lo[rr], &hi[rr]);
+        key_range(p, i, it->keys, &lo[rr], &hi[rr]);
         lo[rr] -= it->j0;
         hi[rr] -= it->j0;
     }
     return rows;
+}
+
+/* Add the position bias of one head to a vector of four rows' scores (keys jb .. jb + VL - 1 of
+ * the item, rows r .. r + 3 with a short last group repeating its last row, as row_group does). */
+static inline void add_position_bias(const Problem *p, const Item *it, int head, int r, int rows, int jb, vf *scores) {
+    const float *row = p->bias + (int64_t)head * p->bias_stride + p->bias_center + it->j0 + jb;
+    for (int rr = 0; rr < QROWS; rr++) scores[rr] += vload(row - (r + (rr < rows ? rr : rows - 1)));
 }
 
 /* Keys [*jlo, *jhi) that any of the group's rows may attend (the weighted sum's loop bounds). */
