@@ -30,6 +30,11 @@ class ModelSpec:
     # A config flag that turns a decoder into a bidirectional encoder (EmbeddingGemma's
     # `use_bidirectional_attention`); such a checkpoint is then an encoder with mean pooling.
     bidirectional_flag: Optional[str] = None
+    # The padding_idx positions are numbered after when the model fixes it whatever pad_token_id
+    # says (MPNet: 1, so token i reads position row i + 2).
+    fixed_padding_idx: Optional[int] = None
+    # Attention adds a relative-position score bias (MPNet): only backends that support one serve it.
+    position_bias: bool = False
 
     @property
     def is_classifier(self) -> bool:
@@ -46,6 +51,8 @@ class ModelSpec:
     def position_offset(self, hf_config) -> int:
         if not self.padding_offset:
             return 0
+        if self.fixed_padding_idx is not None:
+            return self.fixed_padding_idx + 1
         return int(getattr(hf_config, "pad_token_id", 1) or 0) + 1
 
 
@@ -59,6 +66,17 @@ _ROBERTA = ModelSpec(
     absolute_positions=True,
     padding_offset=1,
     mlm_head="roberta",
+)
+# MPNet (all-mpnet-base-v2): BERT-like, positions from 2, a relative position bias in attention.
+_MPNET = ModelSpec(
+    "mpnet",
+    "MPNetModel",
+    is_encoder=True,
+    default_pooling="mean",
+    absolute_positions=True,
+    padding_offset=1,
+    fixed_padding_idx=1,
+    position_bias=True,
 )
 _GEMMA3 = ModelSpec(
     "gemma3",
@@ -101,6 +119,9 @@ _MODELS: dict[str, ModelSpec] = {
     "RobertaModel": _ROBERTA,
     "RobertaForMaskedLM": _ROBERTA,
     "RobertaForSequenceClassification": replace(_ROBERTA, classifier="roberta"),
+    "MPNetModel": _MPNET,
+    "MPNetForMaskedLM": _MPNET,
+    "MPNetForSequenceClassification": replace(_MPNET, classifier="roberta"),
     "Gemma3TextModel": _GEMMA3,
     "Gemma3ForCausalLM": _GEMMA3,
     "Qwen3ForCausalLM": _QWEN3,

@@ -86,6 +86,13 @@ BACKENDS: dict[str, BackendFactory] = {
 }
 
 
+def needs_position_bias(model_config: ModelConfig) -> bool:
+    """The model adds a relative-position bias to its attention scores (MPNet)."""
+    from sglang.srt.configs.model_registry import ModelRegistry
+
+    return ModelRegistry.spec(model_config.architecture).position_bias
+
+
 def create_attention_backend(name: str, device: torch.device, model_config: ModelConfig) -> AttentionBackend:
     """The backend `name` (a BACKENDS key, or "auto") for this model on `device`."""
     if name == "auto":
@@ -93,11 +100,22 @@ def create_attention_backend(name: str, device: torch.device, model_config: Mode
     factory = BACKENDS.get(name)
     if factory is None:
         raise ConfigError(f"unknown attention backend '{name}'")
-    return factory(device, model_config)
+    backend = factory(device, model_config)
+    if needs_position_bias(model_config) and not backend.supports_position_bias:
+        raise ConfigError(
+            f"--attention-backend {name} cannot add {model_config.architecture}'s relative position bias; "
+            "use --attention-backend torch_native (or cpu_varlen on CPU)"
+        )
+    return backend
 
 
 def _auto(device: torch.device, model_config: ModelConfig) -> AttentionBackend:
-    if device.type == "cuda" and _is_half(model_config):
+    if device.type == "cuda" and _is_half(model_config) and needs_position_bias(model_config):
+        logger.info(
+            "%s adds a relative position bias, which flashinfer lacks: torch_native attention",
+            model_config.architecture,
+        )
+    elif device.type == "cuda" and _is_half(model_config):
         try:
             import flashinfer  # noqa: F401
         except Exception as e:  # ImportError, or a broken install: fall back, but say why

@@ -1,0 +1,46 @@
+"""Tiny random checkpoints of the encoder families of issue #16: MPNet, ModernBERT, NomicBERT,
+and ColBERT heads (bge-m3's colbert_linear.pt, Stanford/PyLate ColBERT).
+
+Each is saved by transformers (and sentence-transformers files written as those libraries write
+them), so the reference and our loader read the very same files. Every weight is random
+(randomize), so a bias or norm loaded into the wrong place changes the output.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import torch
+
+from test.helpers.tiny_models import write_st_pooling
+from test.helpers.tiny_task_models import build_roberta_tokenizer, randomize
+
+
+def build_tiny_mpnet(out_dir: str, seed: int = 0, st_pooling: Optional[str] = "mean", **overrides) -> str:
+    """A 2-layer random MPNetModel (hidden 32, 4 heads, 32 relative buckets) with an MPNet-style
+    tokenizer (<s>=0, <pad>=1, </s>=2) and, by default, all-mpnet-base-v2's mean + Normalize."""
+    from transformers import MPNetConfig, MPNetModel
+
+    os.makedirs(out_dir, exist_ok=True)
+    vocab = build_roberta_tokenizer(out_dir)
+    cfg = dict(
+        vocab_size=vocab,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=514,
+        relative_attention_num_buckets=32,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+    )
+    cfg.update(overrides)
+    torch.manual_seed(seed)
+    model = MPNetModel(MPNetConfig(**cfg), add_pooling_layer=False).eval()
+    randomize(model, seed)
+    model.save_pretrained(out_dir)
+    if st_pooling:
+        write_st_pooling(out_dir, cfg["hidden_size"], st_pooling)
+    return out_dir
