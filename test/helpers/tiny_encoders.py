@@ -13,7 +13,7 @@ from typing import Optional
 
 import torch
 
-from test.helpers.tiny_models import write_st_pooling
+from test.helpers.tiny_models import build_wordpiece_tokenizer, write_st_pooling
 from test.helpers.tiny_task_models import build_roberta_tokenizer, randomize
 
 
@@ -39,6 +39,37 @@ def build_tiny_mpnet(out_dir: str, seed: int = 0, st_pooling: Optional[str] = "m
     cfg.update(overrides)
     torch.manual_seed(seed)
     model = MPNetModel(MPNetConfig(**cfg), add_pooling_layer=False).eval()
+    randomize(model, seed)
+    model.save_pretrained(out_dir)
+    if st_pooling:
+        write_st_pooling(out_dir, cfg["hidden_size"], st_pooling)
+    return out_dir
+
+
+def build_tiny_modernbert(out_dir: str, seed: int = 0, st_pooling: Optional[str] = "mean", **overrides) -> str:
+    """A 3-layer random ModernBertModel (hidden 32, 4 heads, GeGLU 48): layer 0 global, layers 1-2
+    local with local_attention 8 (|q - k| <= 4), RoPE bases 160k / 10k, norms without bias."""
+    from transformers import ModernBertConfig, ModernBertModel
+
+    os.makedirs(out_dir, exist_ok=True)
+    vocab = build_wordpiece_tokenizer(out_dir, lowercase=True)  # [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4
+    cfg = dict(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        max_position_embeddings=256,
+        local_attention=8,
+        pad_token_id=0,
+        bos_token_id=2,
+        cls_token_id=2,
+        eos_token_id=3,
+        sep_token_id=3,
+    )
+    cfg.update(overrides)
+    torch.manual_seed(seed)
+    model = ModernBertModel(ModernBertConfig(**cfg)).eval()
     randomize(model, seed)
     model.save_pretrained(out_dir)
     if st_pooling:

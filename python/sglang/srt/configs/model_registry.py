@@ -78,6 +78,10 @@ _MPNET = ModelSpec(
     fixed_padding_idx=1,
     position_bias=True,
 )
+# ModernBERT (gte-modernbert, modernbert-embed): RoPE, alternating global / sliding-window layers.
+_MODERNBERT = ModelSpec(
+    "modernbert", "ModernBertModel", is_encoder=True, default_pooling="cls", absolute_positions=False
+)
 _GEMMA3 = ModelSpec(
     "gemma3",
     "Gemma3Model",
@@ -122,6 +126,8 @@ _MODELS: dict[str, ModelSpec] = {
     "MPNetModel": _MPNET,
     "MPNetForMaskedLM": _MPNET,
     "MPNetForSequenceClassification": replace(_MPNET, classifier="roberta"),
+    "ModernBertModel": _MODERNBERT,
+    "ModernBertForMaskedLM": _MODERNBERT,
     "Gemma3TextModel": _GEMMA3,
     "Gemma3ForCausalLM": _GEMMA3,
     "Qwen3ForCausalLM": _QWEN3,

@@ -10,13 +10,16 @@ from sglang.srt.model_loader.weight_utils import default_weight_loader
 
 
 class LayerNorm(nn.Module):
-    def __init__(self, hidden: int, eps: float = 1e-12) -> None:
+    def __init__(self, hidden: int, eps: float = 1e-12, bias: bool = True) -> None:
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(hidden), requires_grad=False)
-        self.bias = nn.Parameter(torch.zeros(hidden), requires_grad=False)
         self.weight.weight_loader = default_weight_loader
-        self.bias.weight_loader = default_weight_loader
+        if bias:  # ModernBERT's norms have none
+            self.bias = nn.Parameter(torch.zeros(hidden), requires_grad=False)
+            self.bias.weight_loader = default_weight_loader
+        else:
+            self.register_parameter("bias", None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.layer_norm(x, (x.shape[-1],), self.weight, self.bias, self.eps)
