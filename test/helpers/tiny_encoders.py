@@ -8,6 +8,7 @@ them), so the reference and our loader read the very same files. Every weight is
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Optional
 
@@ -75,3 +76,69 @@ def build_tiny_modernbert(out_dir: str, seed: int = 0, st_pooling: Optional[str]
     if st_pooling:
         write_st_pooling(out_dir, cfg["hidden_size"], st_pooling)
     return out_dir
+
+
+def build_tiny_nomic_bert(
+    out_dir: str, seed: int = 0, hub_config: bool = True, st_pooling: Optional[str] = "mean"
+) -> str:
+    """A 2-layer random NomicBERT (hidden 32, 4 heads, SwiGLU 48, rotary base 1000).
+
+    transformers writes the tensors under nomic's names; with `hub_config` the config.json is
+    rewritten the way nomic-ai's checkpoints spell it (n_embd, n_head, activation_function,
+    rotary_emb_base, auto_map to remote code), which is what users download."""
+    from transformers import NomicBertConfig, NomicBertModel
+
+    os.makedirs(out_dir, exist_ok=True)
+    vocab = build_wordpiece_tokenizer(out_dir)
+    cfg = NomicBertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=48,
+        max_position_embeddings=512,
+        pad_token_id=0,
+    )
+    torch.manual_seed(seed)
+    model = NomicBertModel(cfg).eval()
+    randomize(model, seed)
+    model.save_pretrained(out_dir)
+    if hub_config:
+        with open(os.path.join(out_dir, "config.json"), "w") as f:
+            json.dump(nomic_hub_config(len(vocab)), f)
+    if st_pooling:
+        write_st_pooling(out_dir, 32, st_pooling)
+    return out_dir
+
+
+def nomic_hub_config(vocab: int) -> dict:
+    """The fields of nomic-embed-text-v1.5's config.json, at the tiny sizes."""
+    return {
+        "architectures": ["NomicBertModel"],
+        "auto_map": {
+            "AutoConfig": "nomic-ai/nomic-bert-2048--configuration_hf_nomic_bert.NomicBertConfig",
+            "AutoModel": "nomic-ai/nomic-bert-2048--modeling_hf_nomic_bert.NomicBertModel",
+        },
+        "model_type": "nomic_bert",
+        "activation_function": "swiglu",
+        "causal": False,
+        "layer_norm_epsilon": 1e-12,
+        "max_trained_positions": 2048,
+        "mlp_fc1_bias": False,
+        "mlp_fc2_bias": False,
+        "n_embd": 32,
+        "n_head": 4,
+        "n_inner": 48,
+        "n_layer": 2,
+        "n_positions": 512,
+        "pad_vocab_size_multiple": 64,
+        "parallel_block": False,
+        "prenorm": False,
+        "qkv_proj_bias": False,
+        "rotary_emb_base": 1000,
+        "rotary_emb_fraction": 1.0,
+        "rotary_emb_interleaved": False,
+        "rotary_scaling_factor": None,
+        "type_vocab_size": 2,
+        "vocab_size": vocab,
+    }

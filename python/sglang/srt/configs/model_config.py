@@ -10,6 +10,12 @@ import torch
 
 from sglang.srt.configs.chat_template import load_chat_template
 from sglang.srt.configs.model_info import OutputKind
+from sglang.srt.configs.nomic_bert_config import (
+    NOMIC_MODEL_TYPE,
+    declared_model_type,
+    normalize_nomic_config,
+    read_plain_config,
+)
 from sglang.srt.configs.output_config import OutputConfig, resolve_output
 from sglang.srt.configs.sentence_transformers import (
     SentenceTransformersInfo,
@@ -41,6 +47,9 @@ def load_hf_config(model_dir: str, trust_remote_code: bool, overrides: dict):
         config = AutoConfig.from_pretrained(model_dir, trust_remote_code=trust_remote_code)
     except ValueError as e:
         msg = str(e)
+        if declared_model_type(model_dir) == NOMIC_MODEL_TYPE:  # transformers without NomicBERT
+            config = read_plain_config(model_dir)
+            return _apply_overrides(normalize_nomic_config(config), overrides)
         if "trust_remote_code" in msg:
             raise ConfigError(
                 f"The checkpoint at {model_dir} ships custom code; add --trust-remote-code to load it"
@@ -51,6 +60,12 @@ def load_hf_config(model_dir: str, trust_remote_code: bool, overrides: dict):
     except Exception as e:  # e.g. transformers' strict config validation: not a ValueError
         reason = str(e.__cause__ or e).strip().splitlines() or [type(e).__name__]
         raise ConfigError(f"Could not read the model config in {model_dir}: {reason[0]}") from e
+    if getattr(config, "model_type", None) == NOMIC_MODEL_TYPE:
+        config = normalize_nomic_config(config)
+    return _apply_overrides(config, overrides)
+
+
+def _apply_overrides(config, overrides: dict):
     for key, value in overrides.items():
         setattr(config, key, value)
     return config

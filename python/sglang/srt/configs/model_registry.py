@@ -82,6 +82,10 @@ _MPNET = ModelSpec(
 _MODERNBERT = ModelSpec(
     "modernbert", "ModernBertModel", is_encoder=True, default_pooling="cls", absolute_positions=False
 )
+# NomicBERT (nomic-embed-text-v1 / v1.5): rotary, SwiGLU, post-norm; configs/nomic_bert_config.py.
+_NOMIC_BERT = ModelSpec(
+    "nomic_bert", "NomicBertModel", is_encoder=True, default_pooling="mean", absolute_positions=False
+)
 _GEMMA3 = ModelSpec(
     "gemma3",
     "Gemma3Model",
@@ -128,6 +132,9 @@ _MODELS: dict[str, ModelSpec] = {
     "MPNetForSequenceClassification": replace(_MPNET, classifier="roberta"),
     "ModernBertModel": _MODERNBERT,
     "ModernBertForMaskedLM": _MODERNBERT,
+    "NomicBertModel": _NOMIC_BERT,
+    "NomicBertForPreTraining": _NOMIC_BERT,
+    "NomicBertForMaskedLM": _NOMIC_BERT,
     "Gemma3TextModel": _GEMMA3,
     "Gemma3ForCausalLM": _GEMMA3,
     "Qwen3ForCausalLM": _QWEN3,
