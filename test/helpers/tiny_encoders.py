@@ -142,3 +142,113 @@ def nomic_hub_config(vocab: int) -> dict:
         "type_vocab_size": 2,
         "vocab_size": vocab,
     }
+
+
+# ----- ColBERT / multi-vector heads -----
+
+COLBERT_DIM = 8
+COLBERT_QUERY_LENGTH = 12
+COLBERT_DOCUMENT_LENGTH = 16
+
+
+def _tiny_bert(out_dir: str, seed: int, extra_tokens=()):
+    from transformers import BertConfig, BertModel
+
+    os.makedirs(out_dir, exist_ok=True)
+    vocab = build_wordpiece_tokenizer(out_dir, extra_tokens=extra_tokens)
+    cfg = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        hidden_act="gelu",
+    )
+    torch.manual_seed(seed)
+    model = BertModel(cfg, add_pooling_layer=False).eval()
+    randomize(model, seed)
+    return model, cfg
+
+
+def _projection(seed: int, out: int, hidden: int = 32) -> torch.Tensor:
+    return torch.randn(out, hidden, generator=torch.Generator().manual_seed(seed + 7)) * 0.3
+
+
+def build_tiny_stanford_colbert(out_dir: str, seed: int = 0) -> str:
+    """A Stanford-format ColBERT (answerai-colbert-small-v1 / colbertv2.0 layout): HF_ColBERT
+    config, `bert.*` tensors plus `linear.weight` [dim, hidden], artifact.metadata settings."""
+    from safetensors.torch import save_file
+
+    model, cfg = _tiny_bert(out_dir, seed, extra_tokens=("[unused0]", "[unused1]"))
+    state = {f"bert.{k}": v.contiguous() for k, v in model.state_dict().items()}
+    state["linear.weight"] = _projection(seed, COLBERT_DIM)
+    save_file(state, os.path.join(out_dir, "model.safetensors"))
+    config = cfg.to_dict()
+    config["architectures"] = ["HF_ColBERT"]
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(config, f)
+    meta = {
+        "query_token_id": "[unused0]",
+        "doc_token_id": "[unused1]",
+        "query_token": "[Q]",
+        "doc_token": "[D]",
+        "query_maxlen": COLBERT_QUERY_LENGTH,
+        "doc_maxlen": COLBERT_DOCUMENT_LENGTH,
+        "dim": COLBERT_DIM,
+        "mask_punctuation": True,
+        "attend_to_mask_tokens": False,
+        "similarity": "cosine",
+    }
+    with open(os.path.join(out_dir, "artifact.metadata"), "w") as f:
+        json.dump(meta, f)
+    return out_dir
+
+
+def build_tiny_pylate(out_dir: str, seed: int = 0, attend_to_expansion: bool = False) -> str:
+    """A PyLate-format ColBERT (GTE-ModernColBERT / PyLate-trained layout): a plain BertModel,
+    modules.json with pylate.models.Dense, config_sentence_transformers.json with the prefixes."""
+    from safetensors.torch import save_file
+
+    model, _ = _tiny_bert(out_dir, seed, extra_tokens=("[Q] ", "[D] "))
+    model.save_pretrained(out_dir)
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Dense", "type": "pylate.models.Dense"},
+    ]
+    with open(os.path.join(out_dir, "modules.json"), "w") as f:
+        json.dump(modules, f)
+    os.makedirs(os.path.join(out_dir, "1_Dense"), exist_ok=True)
+    dense = {
+        "in_features": 32,
+        "out_features": COLBERT_DIM,
+        "bias": False,
+        "activation_function": "torch.nn.modules.linear.Identity",
+    }
+    with open(os.path.join(out_dir, "1_Dense", "config.json"), "w") as f:
+        json.dump(dense, f)
+    save_file({"linear.weight": _projection(seed, COLBERT_DIM)}, os.path.join(out_dir, "1_Dense", "model.safetensors"))
+    st = {
+        "query_prefix": "[Q] ",
+        "document_prefix": "[D] ",
+        "query_length": COLBERT_QUERY_LENGTH,
+        "document_length": COLBERT_DOCUMENT_LENGTH,
+        "do_query_expansion": True,
+        "attend_to_expansion_tokens": attend_to_expansion,
+        "skiplist_words": [".", ",", "!", "?"],
+        "similarity_fn_name": "MaxSim",
+    }
+    with open(os.path.join(out_dir, "config_sentence_transformers.json"), "w") as f:
+        json.dump(st, f)
+    return out_dir
+
+
+def write_colbert_linear(out_dir: str, hidden: int, seed: int = 0) -> str:
+    """bge-m3's colbert_linear.pt: torch.save of a Linear(hidden, hidden) state dict (with bias)."""
+    linear = torch.nn.Linear(hidden, hidden)
+    with torch.no_grad():
+        linear.weight.copy_(_projection(seed, hidden, hidden))
+        linear.bias.copy_(torch.randn(hidden, generator=torch.Generator().manual_seed(seed + 9)) * 0.1)
+    path = os.path.join(out_dir, "colbert_linear.pt")
+    torch.save(linear.state_dict(), path)
+    return path

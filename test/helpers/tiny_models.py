@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 
@@ -19,15 +19,16 @@ WORDS = (
 ).split()
 
 
-def build_wordpiece_tokenizer(out_dir: str, lowercase: bool = True) -> list[str]:
-    """A BERT-style WordPiece tokenizer over a small fixed vocabulary, saved as a fast tokenizer."""
+def build_wordpiece_tokenizer(out_dir: str, lowercase: bool = True, extra_tokens: Sequence[str] = ()) -> list[str]:
+    """A BERT-style WordPiece tokenizer over a small fixed vocabulary, saved as a fast tokenizer
+    (`extra_tokens`, e.g. ColBERT's [unused0] markers, follow the special tokens)."""
     from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers, processors
     from tokenizers.models import WordPiece
     from transformers import PreTrainedTokenizerFast
 
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     pieces = [f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"] + list("abcdefghijklmnopqrstuvwxyz0123456789.,!?'")
-    vocab_list = specials + WORDS + pieces
+    vocab_list = specials + list(extra_tokens) + WORDS + pieces
     vocab = {w: i for i, w in enumerate(dict.fromkeys(vocab_list))}
     tok = Tokenizer(WordPiece(vocab, unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=lowercase)

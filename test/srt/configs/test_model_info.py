@@ -36,6 +36,9 @@ MODEL_INFO_KEYS = {
     "labels",
     "problem_type",
     "pair_token_types",
+    "colbert",
+    "multi_vector_dim",
+    "hidden_size",
 }
 
 
@@ -53,6 +56,10 @@ def test_to_dict_keeps_the_model_info_keys_as_plain_json_values():
     assert out["vision"] == {"model_dir": "/m", "image_token_id": 5, "spatial_merge_size": 2}
     assert type(out["embeddings_output"]) is str and out["embeddings_output"] == "logits"
     assert orjson.loads(orjson.dumps(out)) == out
+    from sglang.srt.configs.colbert_config import ColbertConfig
+
+    colbert = make_model_info(colbert=ColbertConfig("checkpoint", dim=8, skiplist_words=(".",))).to_dict()
+    assert colbert["colbert"]["dim"] == 8 and orjson.loads(orjson.dumps(colbert)) == colbert
     plain = make_model_info().to_dict()
     assert plain["vision"] is None and plain["labels"] is None and plain["embeddings_output"] == "dense"
 

@@ -96,6 +96,8 @@ class ModelConfig:
             return len(self.output.labels)
         if self.output.embeddings_output is OutputKind.SPARSE:
             return self.vocab_size  # the sparse vectors' index space
+        if self.output.embeddings_output is OutputKind.MULTI_VECTOR:
+            return self.output.colbert.dim or self.hidden_size  # the runner reports the head's real width
         dense = self.st_info.dense_layers
         return dense[-1].out_features if dense else self.hidden_size
 

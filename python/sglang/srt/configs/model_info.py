@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Optional
 
+from sglang.srt.configs.colbert_config import ColbertConfig
+
 
 class OutputKind(str, Enum):
     """What /v1/embeddings (and Engine.encode) answer with for this model."""
@@ -20,6 +22,7 @@ class OutputKind(str, Enum):
     DENSE = "dense"  # one float vector per input
     SPARSE = "sparse"  # {token_id: weight} per input (SPLADE, --sparse-head)
     LOGITS = "logits"  # a classifier's or cross-encoder's scores, one per label
+    MULTI_VECTOR = "multi_vector"  # one vector per token (ColBERT checkpoints)
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,11 @@ class ModelInfo:
     labels: Optional[tuple[str, ...]] = None  # a classifier's class names by index
     problem_type: Optional[str] = None  # config.json's, for how /v1/classify turns logits into probabilities
     pair_token_types: bool = False  # text pairs (/v1/rerank) carry token_type_ids
+    # The multi-vector (ColBERT) head, None: none; its vectors' width; the backbone's hidden size
+    # (the width of /embed_all's per-token hidden states).
+    colbert: Optional[ColbertConfig] = None
+    multi_vector_dim: Optional[int] = None
+    hidden_size: Optional[int] = None
 
     @property
     def is_classifier(self) -> bool:
@@ -68,6 +76,9 @@ class ModelInfo:
         out["labels"] = _list(self.labels)
         out["vision"] = dataclasses.asdict(self.vision) if self.vision is not None else None
         out["embeddings_output"] = self.embeddings_output.value
+        if self.colbert is not None:
+            colbert = dataclasses.asdict(self.colbert)
+            out["colbert"] = {k: list(v) if isinstance(v, tuple) else v for k, v in colbert.items()}
         return out
 
 

@@ -121,6 +121,7 @@ _MODELS: dict[str, ModelSpec] = {
     "BertForMaskedLM": _BERT,
     "BertForPreTraining": _BERT,
     "BertForSequenceClassification": replace(_BERT, classifier="bert_pooler"),
+    "HF_ColBERT": _BERT,  # Stanford ColBERT checkpoints: BERT + `linear` (configs/colbert_config.py)
     "XLMRobertaModel": _ROBERTA,
     "XLMRobertaForMaskedLM": _ROBERTA,
     "XLMRobertaForSequenceClassification": replace(_ROBERTA, classifier="roberta"),

@@ -13,9 +13,10 @@ Decided once at start-up (ModelConfig.from_server_args), before any process is s
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
+from sglang.srt.configs.colbert_config import ColbertConfig, read_colbert_config
 from sglang.srt.configs.model_info import OutputKind
 from sglang.srt.configs.sentence_transformers import SentenceTransformersInfo, SpladePoolingSpec
 from sglang.srt.errors import ConfigError
@@ -41,10 +42,11 @@ class OutputConfig:
     # Text pairs (/v1/rerank) carry token_type_ids: the model has a token-type table with a row for
     # the second segment (BERT), unlike RoBERTa / XLM-R (one row) and decoders (none).
     pair_token_types: bool = False
+    colbert: Optional[ColbertConfig] = None  # a multi-vector head (configs/colbert_config.py)
 
     @property
     def has_dense(self) -> bool:
-        return self.embeddings_output is not OutputKind.SPARSE
+        return self.embeddings_output not in (OutputKind.SPARSE, OutputKind.MULTI_VECTOR)
 
     def info(self) -> dict:
         """The fields of ModelInfo that the HTTP process routes on."""
@@ -54,6 +56,7 @@ class OutputConfig:
             "labels": self.labels if self.classifier else None,
             "problem_type": self.problem_type,
             "pair_token_types": self.pair_token_types,
+            "colbert": self.colbert,
         }
 
 
@@ -85,6 +88,18 @@ def _splade(spec, architecture: str, st_info: SentenceTransformersInfo) -> Spars
 
 
 def resolve_output(
+    sparse_head: Optional[str], model_dir: str, text_config, spec, architecture: str, st_info: SentenceTransformersInfo
+) -> OutputConfig:
+    colbert = None if spec.is_classifier else read_colbert_config(model_dir, [architecture], st_info)
+    if colbert is not None and colbert.replaces_dense and not sparse_head:
+        return OutputConfig(OutputKind.MULTI_VECTOR, colbert=colbert)
+    out = _resolve_single_vector(sparse_head, model_dir, text_config, spec, architecture, st_info)
+    if colbert is not None and out.embeddings_output is OutputKind.DENSE:
+        out = replace(out, colbert=colbert)  # bge-m3: dense answers, multi-vector on request
+    return out
+
+
+def _resolve_single_vector(
     sparse_head: Optional[str], model_dir: str, text_config, spec, architecture: str, st_info: SentenceTransformersInfo
 ) -> OutputConfig:
     if spec.is_classifier:

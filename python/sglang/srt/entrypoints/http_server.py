@@ -23,12 +23,14 @@ from sglang.srt.entrypoints.http_errors import HTTP_STATUS, HttpError
 from sglang.srt.entrypoints.middleware import ServerLifecycle, install_middleware, request_state
 from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest, ErrorResponse, ModelCard, ModelList
 from sglang.srt.entrypoints.openai.serving_classify import OpenAIServingClassify
+from sglang.srt.entrypoints.openai.serving_embed_all import ServingEmbedAll
 from sglang.srt.entrypoints.openai.serving_embedding import OpenAIServingEmbedding
 from sglang.srt.entrypoints.openai.serving_rerank import OpenAIServingRerank
 from sglang.srt.entrypoints.openai.serving_sparse import ServingSparseEmbedding
 from sglang.srt.entrypoints.openai.task_protocol import (
     ClassifyRequest,
     ClassifyResponse,
+    EmbedAllRequest,
     RerankRequest,
     RerankResponse,
     SparseEmbedRequest,
@@ -130,6 +132,7 @@ def create_app(
         app.state.classify = OpenAIServingClassify(tm, server_args.served_model_name)
         app.state.rerank = OpenAIServingRerank(tm, server_args.served_model_name)
         app.state.sparse = ServingSparseEmbedding(tm, server_args.served_model_name)
+        app.state.embed_all = ServingEmbedAll(tm, server_args.served_model_name)
         if on_ready is not None:
             on_ready()
         yield
@@ -241,6 +244,10 @@ def create_app(
     @app.post("/embed_sparse", responses={200: {"model": list[list[SparseValue]]}, **_ERROR_RESPONSES})
     async def embed_sparse(request: SparseEmbedRequest, raw: Request):
         return await serve_task(raw, lambda rid: app.state.sparse.handle(request, rid))
+
+    @app.post("/embed_all", responses={200: {"model": list[list[list[float]]]}, **_ERROR_RESPONSES})
+    async def embed_all(request: EmbedAllRequest, raw: Request):
+        return await serve_task(raw, lambda rid: app.state.embed_all.handle(request, rid))
 
     return app
 

@@ -24,6 +24,7 @@ from sglang.srt.managers.io_struct import (
     BatchEmbeddingResult,
 )
 from sglang.srt.managers.sparse_render import TokenTextFn, TokenTexts, render_sparse
+from sglang.srt.managers.token_render import render_token_ids, render_token_row, token_row
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.logging_utils import configure_logging
 from sglang.srt.utils.msgcodec import decode, send
@@ -73,7 +74,16 @@ def render_output(
     for i, rid in enumerate(out.rids):
         res = per_worker[out.worker_ids[i]]
         code = out.error_codes[i]
-        if code == 0 and out.encoding_formats[i] in SPARSE_FORMATS:
+        per_token = code == 0 and out.token_outputs is not None and out.token_outputs[i] is not None
+        if out.token_outputs is not None and res.token_ids is None:
+            res.token_ids = [b""] * len(res.rids)
+        if res.token_ids is not None:
+            res.token_ids.append(b"")
+        if per_token:
+            vectors, ids = token_row(out, i)
+            payload = render_token_row(vectors, out.encoding_formats[i])
+            res.token_ids[-1] = render_token_ids(ids)
+        elif code == 0 and out.encoding_formats[i] in SPARSE_FORMATS:
             lo, hi = int(out.sparse_offsets[i]), int(out.sparse_offsets[i + 1])
             payload = render_sparse(
                 out.sparse_indices[lo:hi], out.sparse_values[lo:hi], out.encoding_formats[i], token_texts

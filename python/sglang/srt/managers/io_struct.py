@@ -49,6 +49,8 @@ class EmbeddingReqInput:
     encoding_format: str = FORMAT_FLOAT
     items: Optional[list[MultimodalItem]] = None  # instead of text / input_ids (managers/multimodal/)
     text_pairs: Optional[list[tuple[str, str]]] = None  # (query, document) pairs for cross-encoders
+    # Per-token output (layers/token_outputs.py: "hidden", "query", "document"); None: pooled.
+    token_output: Optional[str] = None
 
     @property
     def batch_size(self) -> int:
@@ -85,6 +87,10 @@ class TokenizedEmbeddingReqInput:
     pixel_values: Optional[np.ndarray] = None  # float32 [patches, C * T * P * P]
     image_grid_thw: Optional[np.ndarray] = None  # int64 [images, 3]: (t, h, w) in patches
     mrope_positions: Optional[np.ndarray] = None  # int64 [3, n]: M-RoPE (t, h, w) position per token
+    # Per-token output kind (EmbeddingReqInput.token_output), and for ColBERT query expansion the
+    # number of leading tokens that are keys (None: all of them).
+    token_output: Optional[str] = None
+    key_len: Optional[int] = None
 
     @property
     def num_tokens(self) -> int:
@@ -139,6 +145,14 @@ class BatchEmbeddingOutput:
     sparse_indices: Optional[np.ndarray] = None  # int32 [N]
     sparse_values: Optional[np.ndarray] = None  # float32 [N]
     sparse_offsets: Optional[np.ndarray] = None  # int64 [n + 1]
+    # Per-token rows, packed like the sparse ones (model_executor/forward_io.ForwardOutput): row i
+    # has token_ids[token_offsets[i]:token_offsets[i + 1]] and that many vectors in
+    # token_values[token_value_offsets[i]:token_value_offsets[i + 1]]. None: no request asked.
+    token_values: Optional[np.ndarray] = None  # float32 [E]
+    token_ids: Optional[np.ndarray] = None  # int32 [N]
+    token_offsets: Optional[np.ndarray] = None  # int64 [n + 1]
+    token_value_offsets: Optional[np.ndarray] = None  # int64 [n + 1]
+    token_outputs: Optional[list[Optional[str]]] = None  # per row: its per-token kind, or None
 
     @staticmethod
     def failure(
@@ -174,3 +188,6 @@ class BatchEmbeddingResult:
     batch_size: int = 0  # as in BatchEmbeddingOutput (the whole batch, across workers)
     batch_tokens: int = 0
     queue_length: int = 0
+    # Per-token rows: the JSON array of the token ids their vectors belong to (b"" for other rows);
+    # None when no row of this result has per-token output.
+    token_ids: Optional[list[bytes]] = None

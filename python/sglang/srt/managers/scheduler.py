@@ -145,4 +145,9 @@ class Scheduler:
             sparse_indices=out.sparse_indices,
             sparse_values=out.sparse_values,
             sparse_offsets=out.sparse_offsets,
+            token_values=out.token_values,
+            token_ids=out.token_ids,
+            token_offsets=out.token_offsets,
+            token_value_offsets=out.token_value_offsets,
+            token_outputs=[r.token_output for r in reqs] if out.token_offsets is not None else None,
         )

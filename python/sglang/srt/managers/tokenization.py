@@ -53,7 +53,23 @@ class InputTokenizer:
             return ids[: self.context_length]
         raise EmbeddingError(ErrorKind.INVALID_REQUEST, too_long_message(len(ids), self.context_length), param="input")
 
-    def _from_text(self, texts: list[str]) -> list[TokenizedItem]:
+    def tokenize_truncated(self, texts: list[str], max_length: int) -> list[list[int]]:
+        """Validated texts, tokenized and silently cut to `max_length` tokens (special tokens
+        included): ColBERT's query and document lengths, which its checkpoints always apply."""
+        self._check_texts(texts)
+        if self.do_lower_case:
+            texts = [t.lower() for t in texts]
+        enc = self.tokenizer(
+            texts,
+            add_special_tokens=True,
+            truncation=True,
+            max_length=max_length,
+            return_attention_mask=False,
+            return_token_type_ids=False,
+        )
+        return [list(ids) for ids in enc["input_ids"]]
+
+    def _check_texts(self, texts: list[str]) -> None:
         for i, t in enumerate(texts):
             where = "" if len(texts) == 1 else f" at index {i}"
             if not t or not t.strip():
@@ -66,6 +82,9 @@ class InputTokenizer:
                     f"Input{where} is not valid Unicode (it holds a lone surrogate).",
                     param="input",
                 )
+
+    def _from_text(self, texts: list[str]) -> list[TokenizedItem]:
+        self._check_texts(texts)
         if self.do_lower_case:
             texts = [t.lower() for t in texts]
         enc = self.tokenizer(

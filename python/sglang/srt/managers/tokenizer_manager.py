@@ -19,6 +19,8 @@ import zmq.asyncio
 
 from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.errors import EmbeddingError, ErrorKind, engine_error, queue_full_error
+from sglang.srt.layers.token_outputs import TOKENS_DOCUMENT, TOKENS_QUERY
+from sglang.srt.managers.colbert_inputs import ColbertInputs
 from sglang.srt.managers.io_struct import (
     AbortReq,
     BatchEmbeddingResult,
@@ -46,6 +48,7 @@ class EmbeddingResult:
     queue_time: float = 0.0
     inference_time: float = 0.0
     tokenize_time: float = 0.0
+    token_ids: Optional[list[Optional[bytes]]] = None  # per-token rows: the JSON array of their token ids
 
 
 @dataclass
@@ -58,6 +61,7 @@ class ReqState:
     remaining: int
     queue_time: float = 0.0
     inference_time: float = 0.0
+    token_ids: Optional[list] = None  # filled for per-token rows
 
     @classmethod
     def for_inputs(cls, n: int) -> "ReqState":
@@ -83,6 +87,11 @@ class TokenizerManager:
         self.worker_id = worker_id
         self.input_tokenizer = InputTokenizer(server_args, model_info, tokenizer)
         self.multimodal = MultimodalPreparer(server_args, model_info, self.input_tokenizer.tokenizer)
+        self.colbert_inputs = (
+            ColbertInputs(model_info.colbert, self.input_tokenizer.tokenizer)
+            if model_info.colbert is not None
+            else None
+        )
         self.ctx = zmq.asyncio.Context()
         self.to_scheduler = make_socket(self.ctx, zmq.PUSH, port_args.scheduler_input, bind=False)
         self.from_detokenizer = make_socket(self.ctx, zmq.PULL, port_args.tokenizer_output(worker_id), bind=True)
@@ -134,7 +143,11 @@ class TokenizerManager:
             raise queue_full_error()
         t0 = time.monotonic()
         prepared = None
-        if req.items is not None:  # {"text", "image"} items: images are loaded off the event loop
+        key_lens: list = []
+        if self.colbert_inputs_for(req) is not None:  # ColBERT markers, lengths and query expansion
+            built = self.colbert_inputs.build(self.input_tokenizer, req.text, req.token_output == TOKENS_QUERY)
+            tokenized, key_lens = [(ids, None) for ids, _ in built], [k for _, k in built]
+        elif req.items is not None:  # {"text", "image"} items: images are loaded off the event loop
             prepared = await self.multimodal.prepare(req.items)
             tokenized = [(p.input_ids, None) for p in prepared]
         elif _text_chars(req) > INLINE_TOKENIZE_CHARS:
@@ -156,6 +169,8 @@ class TokenizerManager:
                 dimensions=req.dimensions,
                 encoding_format=req.encoding_format,
                 arrival_time=now,
+                token_output=req.token_output,
+                key_len=key_lens[i] if key_lens else None,
             )
             for i, (ids, types) in enumerate(tokenized)
         ]
@@ -187,7 +202,17 @@ class TokenizerManager:
             queue=state.queue_time,
             inference=state.inference_time,
         )
-        return EmbeddingResult(state.payloads, state.prompt_tokens, state.queue_time, state.inference_time, now - t0)
+        return EmbeddingResult(
+            state.payloads, state.prompt_tokens, state.queue_time, state.inference_time, now - t0, state.token_ids
+        )
+
+    def colbert_inputs_for(self, req: EmbeddingReqInput) -> Optional[ColbertInputs]:
+        """The ColBERT input builder when this request's texts need markers / lengths, else None."""
+        if req.token_output not in (TOKENS_QUERY, TOKENS_DOCUMENT) or req.text is None:
+            return None
+        if self.colbert_inputs is None or not self.colbert_inputs.shapes_inputs:
+            return None
+        return self.colbert_inputs
 
     def _abort(self, rids: list[str]) -> None:
         pending = [rid for rid in rids if self.states.pop(rid, None) is not None]
@@ -220,6 +245,10 @@ class TokenizerManager:
                 state.future.set_exception(engine_error(code, res.error_messages[i] or "error"))
                 continue
             state.payloads[idx] = res.payloads[i]
+            if res.token_ids is not None and res.token_ids[i]:
+                if state.token_ids is None:
+                    state.token_ids = [None] * len(state.payloads)
+                state.token_ids[idx] = res.token_ids[i]
             state.prompt_tokens[idx] = res.prompt_tokens[i]
             state.queue_time = max(state.queue_time, res.queue_times[i])
             state.inference_time = max(state.inference_time, res.inference_time)

@@ -22,6 +22,10 @@ class ForwardInput(Protocol):
     pixel_values: Optional[np.ndarray]  # float32 [patches, C * T * P * P]
     image_grid_thw: Optional[np.ndarray]  # int64 [images, 3]
     mrope_positions: Optional[np.ndarray]  # int64 [3, n]
+    # Per-token output (layers/token_outputs.py: "hidden", "query", "document"), None: pooled only;
+    # and, for ColBERT query expansion, how many leading tokens are keys (None: all).
+    token_output: Optional[str]
+    key_len: Optional[int]
 
     @property
     def num_tokens(self) -> int: ...
@@ -41,6 +45,12 @@ class ForwardOutput:
     sparse_indices: Optional[np.ndarray] = None  # int32 [N]: every sparse row's token ids, concatenated
     sparse_values: Optional[np.ndarray] = None  # float32 [N]: their weights
     sparse_offsets: Optional[np.ndarray] = None  # int64 [B + 1]: row i owns entries offsets[i]:offsets[i + 1]
+    # Per-token rows (TokenTensors): float32 values flattened end to end, the token id of each
+    # vector, and per-row offsets in tokens and in values. None: no input asked for tokens.
+    token_values: Optional[np.ndarray] = None  # float32 [E]
+    token_ids: Optional[np.ndarray] = None  # int32 [N]
+    token_offsets: Optional[np.ndarray] = None  # int64 [B + 1]
+    token_value_offsets: Optional[np.ndarray] = None  # int64 [B + 1]
 
 
 # One batch of inputs -> float32 [B, dim], or a ForwardOutput when some input asked for sparse

@@ -71,6 +71,7 @@ class ModelRunner:
         model_dir = resolve_model_path(server_args.model_path, server_args.revision, server_args.download_dir)
         self.model_config = ModelConfig.from_server_args(server_args, model_dir, self.device.type)
         self.attn_backend = create_attention_backend(server_args.attention_backend, self.device, self.model_config)
+        self._key_lens_backend = None
         self.model = load_model(self.model_config, self.device, model_class(self.model_config.architecture))
         self.attn_backend.bind_layers([m for m in self.model.modules() if isinstance(m, AttentionLayer)])
         if self.device.type == "cpu":
@@ -117,11 +118,12 @@ class ModelRunner:
 
     def model_info(self) -> ModelInfo:
         mc = self.model_config
+        multi_vector_only = self.output_head.tokens.head is not None and not mc.output.has_dense
         return ModelInfo(
             model_path=self.server_args.model_path,
             served_model_name=self.server_args.served_model_name,
             architecture=mc.architecture,
-            embedding_dim=mc.embedding_dim,
+            embedding_dim=self.output_head.tokens.head.dim if multi_vector_only else mc.embedding_dim,
             is_matryoshka=mc.is_matryoshka,
             matryoshka_dimensions=None if mc.matryoshka_dimensions is None else tuple(mc.matryoshka_dimensions),
             pooling=mc.pooling,
@@ -136,15 +138,31 @@ class ModelRunner:
             cpu_threads=torch.get_num_threads() if self.device.type == "cpu" else None,
             cpu_bf16_units=cpu_bf16_units() if self.device.type == "cpu" else None,
             vision=vision_info(mc),  # None, or what the tokenizer side needs for image inputs
-            **mc.output.info(),  # embeddings_output (dense / sparse / logits), sparse_head, labels
+            **mc.output.info(),  # embeddings_output (dense / sparse / logits / multi_vector), heads, labels
+            multi_vector_dim=self.output_head.tokens.head.dim if self.output_head.tokens.head is not None else None,
+            hidden_size=mc.hidden_size,
         )
 
     def build_batch(
-        self, token_lists: Sequence[np.ndarray], token_type_lists: Optional[Sequence[Optional[np.ndarray]]] = None
+        self,
+        token_lists: Sequence[np.ndarray],
+        token_type_lists: Optional[Sequence[Optional[np.ndarray]]] = None,
+        key_lens: Optional[Sequence[Optional[int]]] = None,
     ) -> ForwardBatch:
-        fb = ForwardBatch.from_token_lists(token_lists, self.device, token_type_lists)
+        fb = ForwardBatch.from_token_lists(token_lists, self.device, token_type_lists, key_lens=key_lens)
         fb.attn_backend = self.attn_backend  # metadata is built in forward(), eager batches only
+        if fb.key_lens is not None and not self.attn_backend.supports_key_lens:
+            fb.attn_backend = self.key_lens_backend()  # e.g. flashinfer: such a batch runs on SDPA
         return fb
+
+    def key_lens_backend(self):
+        """torch_native attention for the rare batch the main backend cannot run (ColBERT query
+        expansion on flashinfer), made on first use."""
+        if self._key_lens_backend is None:
+            from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+
+            self._key_lens_backend = TorchNativeAttnBackend()
+        return self._key_lens_backend
 
     @torch.inference_mode()
     def forward(self, fb: ForwardBatch) -> torch.Tensor:
@@ -158,12 +176,13 @@ class ModelRunner:
         A batch that fits a captured bucket replays its CUDA graph (embedding runs eagerly before
         it, the output head after it); any other batch runs the whole model eagerly.
         """
-        plan = self.graph_runner.plan(fb) if self.graph_runner is not None else None
+        graphs = self.graph_runner is not None and fb.attn_backend is self.attn_backend
+        plan = self.graph_runner.plan(fb) if graphs else None
         if plan is not None:
             hidden = self.graph_runner.replay(fb, self.model.embed(fb), plan)
         else:
             if fb.attn_metadata is None:
-                self.attn_backend.init_forward_metadata(fb)
+                (fb.attn_backend or self.attn_backend).init_forward_metadata(fb)
             hidden = self.model(fb)
         return hidden
 
@@ -172,15 +191,18 @@ class ModelRunner:
         with the sparse rows too when some input asked for a sparse format)."""
         if has_images(reqs):  # one vision forward for all images, one LM forward for all tokens
             return self.run_multimodal(reqs)
-        if any(r.is_sparse for r in reqs):
-            return self.run_with_sparse(reqs)
+        token_rows = [getattr(r, "token_output", None) for r in reqs]
+        if any(r.is_sparse for r in reqs) or any(k is not None for k in token_rows):
+            return self.run_with_heads(reqs, token_rows)
         return self.embed([r.input_ids for r in reqs], [r.token_type_ids for r in reqs])
 
     @torch.inference_mode()
-    def run_with_sparse(self, reqs: Sequence[ForwardInput]) -> ForwardOutput:
-        """A batch where some input asked for {token_id: weight}: the sparse head reads the hidden states."""
-        fb = self.build_batch([r.input_ids for r in reqs], [r.token_type_ids for r in reqs])
-        return self.output_head.run(self.hidden_states(fb), fb, [r.is_sparse for r in reqs])
+    def run_with_heads(self, reqs: Sequence[ForwardInput], token_rows: Sequence[Optional[str]]) -> ForwardOutput:
+        """A batch where some input asked for {token_id: weight} or per-token vectors: those heads
+        read the hidden states. ColBERT queries with expansion tokens limit their keys (key_len)."""
+        key_lens = [getattr(r, "key_len", None) for r in reqs]
+        fb = self.build_batch([r.input_ids for r in reqs], [r.token_type_ids for r in reqs], key_lens)
+        return self.output_head.run(self.hidden_states(fb), fb, [r.is_sparse for r in reqs], token_rows)
 
     def run_multimodal(self, reqs: Sequence[ForwardInput]) -> np.ndarray:
         """A batch with images (Qwen2-VL): M-RoPE positions keep it off the CUDA graphs."""

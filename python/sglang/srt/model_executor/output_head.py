@@ -5,7 +5,9 @@ Chosen once at start-up from ModelConfig.output:
   checkpoint says so (PooledEmbeddingHead);
 - logits: a classification head (layers/classifier_heads.py);
 - sparse: bge-m3's token-weight head or SPLADE (layers/sparse_heads.py), run only when some input
-  of the batch asked for a sparse format; a model may have a dense head and a sparse one (bge-m3).
+  of the batch asked for a sparse format; a model may have a dense head and a sparse one (bge-m3);
+- per-token rows (layers/token_outputs.py): hidden states (/embed_all) or a multi-vector ColBERT
+  head, run only for the inputs that ask for them.
 Heads run eagerly after the backbone (outside any CUDA graph).
 """
 
@@ -23,6 +25,7 @@ from sglang.srt.layers.classifier_heads import build_classifier
 from sglang.srt.layers.pooler import Pooler
 from sglang.srt.layers.sparse_heads import SpladeHead, TokenWeightHead
 from sglang.srt.layers.st_dense import STDenseStack
+from sglang.srt.layers.token_outputs import MultiVectorHead, TokenOutputs
 from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_executor.forward_io import ForwardOutput
 from sglang.srt.server_args import ServerArgs
@@ -67,10 +70,26 @@ def _build_sparse(mc: ModelConfig, model: nn.Module, device: torch.device, serve
     return head
 
 
+def _build_tokens(mc: ModelConfig, device: torch.device, server_args: ServerArgs) -> TokenOutputs:
+    cfg = mc.output.colbert
+    if cfg is None:
+        return TokenOutputs(None)
+    head = MultiVectorHead(cfg, mc.hidden_size, mc.model_path, mc.st_info.dense_layers).to(device).eval()
+    skip = []
+    if cfg.skiplist_words:
+        from sglang.srt.utils.hf_tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer(server_args.tokenizer_path, server_args.trust_remote_code)
+        unk = tokenizer.unk_token_id
+        skip = [i for i in tokenizer.convert_tokens_to_ids(list(cfg.skiplist_words)) if i is not None and i != unk]
+    return TokenOutputs(head, skip)
+
+
 class OutputHead:
-    def __init__(self, dense: Optional[nn.Module], sparse: Optional[nn.Module]) -> None:
+    def __init__(self, dense: Optional[nn.Module], sparse: Optional[nn.Module], tokens: Optional[TokenOutputs] = None):
         self.dense_head = dense
         self.sparse_head = sparse
+        self.tokens = tokens or TokenOutputs(None)  # per-token rows: hidden states, multi-vector head
 
     @classmethod
     def build(
@@ -90,7 +109,7 @@ class OutputHead:
         elif out.has_dense:
             dense = PooledEmbeddingHead(model_config).to(device)
         sparse = _build_sparse(model_config, model, device, server_args) if out.sparse is not None else None
-        return cls(dense, sparse)
+        return cls(dense, sparse, _build_tokens(model_config, device, server_args))
 
     def dense(self, hidden: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
         """float32 [B, dim] vectors or logits; [B, 0] for a model that only has a sparse head."""
@@ -99,13 +118,27 @@ class OutputHead:
         return self.dense_head(hidden, fb)
 
     def run(
-        self, hidden: torch.Tensor, fb: ForwardBatch, sparse_rows: Sequence[bool]
+        self,
+        hidden: torch.Tensor,
+        fb: ForwardBatch,
+        sparse_rows: Sequence[bool],
+        token_rows: Optional[Sequence[Optional[str]]] = None,
     ) -> Union[np.ndarray, ForwardOutput]:
-        """The dense output for the batch, plus sparse rows when any input asked for them."""
+        """The dense output for the batch, plus sparse rows and per-token rows (token_rows[i]: a
+        layers/token_outputs kind, or None) when any input asked for them."""
         dense = self.dense(hidden, fb).to("cpu", torch.float32).numpy()
-        if not any(sparse_rows):
+        wants_tokens = token_rows is not None and any(k is not None for k in token_rows)
+        if not any(sparse_rows) and not wants_tokens:
             return dense
-        if self.sparse_head is None:  # the HTTP side refuses sparse formats for such models
-            raise ValueError("this model has no sparse head")
-        indices, values, offsets = (t.cpu().numpy() for t in self.sparse_head(hidden, fb))
-        return ForwardOutput(dense, indices, values, offsets)
+        out = ForwardOutput(dense)
+        if any(sparse_rows):
+            if self.sparse_head is None:  # the HTTP side refuses sparse formats for such models
+                raise ValueError("this model has no sparse head")
+            out.sparse_indices, out.sparse_values, out.sparse_offsets = (
+                t.cpu().numpy() for t in self.sparse_head(hidden, fb)
+            )
+        if wants_tokens:
+            t = self.tokens.run(hidden, fb, token_rows)
+            out.token_values, out.token_ids = t.values.cpu().numpy(), t.token_ids.cpu().numpy()
+            out.token_offsets, out.token_value_offsets = t.offsets.numpy(), t.value_offsets.numpy()
+        return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator
 
 
 class MultimodalEmbeddingInput(BaseModel):
@@ -42,6 +42,14 @@ class EmbeddingRequest(BaseModel):
     )
     dimensions: Optional[StrictInt] = Field(None, description="Matryoshka output width (models that support it).")
     user: Optional[str] = Field(None, description="Accepted and ignored.")
+    multi_vector: Optional[StrictBool] = Field(
+        None,
+        description="One vector per token from the model's multi-vector (ColBERT) head, with `token_ids`; "
+        "default: true for ColBERT checkpoints, false otherwise (docs/embedding_models.md).",
+    )
+    input_type: Optional[StrictStr] = Field(
+        None, description="Multi-vector inputs: `query` or `document` (default), which picks ColBERT's marker."
+    )
 
     @field_validator("input", mode="before")
     @classmethod

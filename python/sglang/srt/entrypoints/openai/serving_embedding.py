@@ -8,6 +8,7 @@ import orjson
 
 from sglang.srt.configs.model_info import ModelInfo, OutputKind
 from sglang.srt.entrypoints.inputs import normalize_input
+from sglang.srt.entrypoints.openai.multi_vector import multi_vector_output
 from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest
 from sglang.srt.entrypoints.openai.serving_base import OpenAIServingBase
 from sglang.srt.errors import EmbeddingError, ErrorKind
@@ -32,9 +33,13 @@ def sparse_embeddings_format(model_info: ModelInfo, requested: str) -> Optional[
 
 
 def render_response(result: EmbeddingResult, model: str) -> bytes:
-    """Splice the detokenizer's ready-made payloads into OpenAI's response shape."""
+    """Splice the detokenizer's ready-made payloads into OpenAI's response shape (multi-vector
+    items also carry the `token_ids` their vectors belong to)."""
+    ids = result.token_ids or [None] * len(result.payloads)
     items = b",".join(
-        b'{"object":"embedding","index":%d,"embedding":%s}' % (i, payload) for i, payload in enumerate(result.payloads)
+        b'{"object":"embedding","index":%d,"embedding":%s%s}'
+        % (i, payload, b',"token_ids":' + tid if tid is not None else b"")
+        for i, (payload, tid) in enumerate(zip(result.payloads, ids))
     )
     tokens = sum(result.prompt_tokens)
     return (
@@ -55,7 +60,12 @@ class OpenAIServingEmbedding(OpenAIServingBase[EmbeddingRequest]):
 
     def convert(self, request: EmbeddingRequest) -> EmbeddingReqInput:
         req, _ = normalize_input(request.input, dimensions=request.dimensions, encoding_format=request.encoding_format)
-        req.encoding_format = sparse_embeddings_format(self.tm.model_info, req.encoding_format) or req.encoding_format
+        info = self.tm.model_info
+        req.token_output = multi_vector_output(
+            info, self.served_model_name, request.multi_vector, request.input_type, request.dimensions
+        )
+        if req.token_output is None:
+            req.encoding_format = sparse_embeddings_format(info, req.encoding_format) or req.encoding_format
         return req
 
     def render(self, request: EmbeddingRequest, result: EmbeddingResult, rid: Optional[str]) -> bytes:

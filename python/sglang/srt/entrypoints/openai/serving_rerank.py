@@ -4,7 +4,8 @@ Each pair is tokenized as the model's tokenizer joins two texts (InputTokenizer.
 and runs as one input; its single logit becomes `relevance_score = sigmoid(logit)`, the score
 sentence-transformers' CrossEncoder and TEI's /rerank report for one-label models. The response
 follows Cohere / Jina: `results` sorted by score (ties keep request order), each with the
-document's `index` and, unless `return_documents` is false, its text.
+document's `index` and, unless `return_documents` is false, its text. Multi-vector (ColBERT)
+models rank by MaxSim instead (serving_maxsim.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 import orjson
 
 from sglang.srt.entrypoints.openai.serving_base import OpenAIServingBase
+from sglang.srt.entrypoints.openai.serving_maxsim import ServingMaxSimRerank
 from sglang.srt.entrypoints.openai.task_protocol import RerankRequest
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import FORMAT_RAW, EmbeddingReqInput
@@ -39,6 +41,21 @@ def rank(logits: np.ndarray, documents: list[str], top_n: Optional[int], return_
 
 class OpenAIServingRerank(OpenAIServingBase[RerankRequest]):
     endpoint = "/v1/rerank"
+
+    def __init__(self, tokenizer_manager, served_model_name: str) -> None:
+        super().__init__(tokenizer_manager, served_model_name)
+        info = tokenizer_manager.model_info
+        # Multi-vector (ColBERT) models rank by MaxSim instead of a cross-encoder's logit.
+        self.maxsim = (
+            ServingMaxSimRerank(tokenizer_manager, served_model_name)
+            if info.colbert is not None and not info.is_classifier
+            else None
+        )
+
+    async def handle(self, request: RerankRequest, rid: Optional[str] = None):
+        if self.maxsim is not None:
+            return await self.maxsim.handle(request, rid)
+        return await super().handle(request, rid)
 
     def validate(self, request: RerankRequest) -> None:
         super().validate(request)

@@ -1,4 +1,4 @@
-"""Request and response models for /v1/classify, /v1/rerank and TEI's /embed_sparse.
+"""Request and response models for /v1/classify, /v1/rerank and TEI's /embed_sparse and /embed_all.
 
 Unknown fields are ignored, as in /v1/embeddings (TEI clients send `truncate`, Cohere clients
 `max_chunks_per_doc`, ...).
@@ -90,3 +90,17 @@ class SparseValue(BaseModel):
     index: int
     value: float
     text: Optional[str] = None
+
+
+class EmbedAllRequest(BaseModel):
+    """TEI's /embed_all body. `truncate`, `truncation_direction` and `prompt_name` are accepted;
+    over-long inputs follow --allow-auto-truncate."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    inputs: TextOrIdsInput = Field(
+        ..., description="A string, a list of strings, a list of token ids, or a list of token-id lists."
+    )
+    truncate: Optional[StrictBool] = None
+    truncation_direction: Optional[StrictStr] = None
+    prompt_name: Optional[StrictStr] = None

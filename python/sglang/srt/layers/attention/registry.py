@@ -90,7 +90,8 @@ def needs_position_bias(model_config: ModelConfig) -> bool:
     """The model adds a relative-position bias to its attention scores (MPNet)."""
     from sglang.srt.configs.model_registry import ModelRegistry
 
-    return ModelRegistry.spec(model_config.architecture).position_bias
+    architecture = getattr(model_config, "architecture", None)
+    return architecture in ModelRegistry.supported() and ModelRegistry.spec(architecture).position_bias
 
 
 def create_attention_backend(name: str, device: torch.device, model_config: ModelConfig) -> AttentionBackend:

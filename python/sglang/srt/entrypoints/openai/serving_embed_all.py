@@ -1,0 +1,39 @@
+"""POST /embed_all (TEI-compatible): every token's final hidden state, for any model.
+
+TEI answers `[[[f32, ...], ...], ...]`: per input, one vector per token ([CLS] and [SEP]
+included), no pooling, no normalization. The vectors are the backbone's last hidden states (for
+a ColBERT checkpoint too: its projected, normalized vectors are /v1/embeddings' multi-vector
+output).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from sglang.srt.entrypoints.inputs import normalize_input
+from sglang.srt.entrypoints.openai.serving_base import OpenAIServingBase
+from sglang.srt.entrypoints.openai.task_protocol import EmbedAllRequest
+from sglang.srt.errors import EmbeddingError, ErrorKind
+from sglang.srt.layers.token_outputs import TOKENS_HIDDEN
+from sglang.srt.managers.io_struct import FORMAT_FLOAT, EmbeddingReqInput
+from sglang.srt.managers.tokenizer_manager import EmbeddingResult
+
+
+class ServingEmbedAll(OpenAIServingBase[EmbedAllRequest]):
+    endpoint = "/embed_all"
+
+    def validate(self, request: EmbedAllRequest) -> None:
+        if self.tm.model_info.is_classifier:
+            raise EmbeddingError(
+                ErrorKind.INVALID_REQUEST,
+                f"Model '{self.served_model_name}' is a classifier; /embed_all serves embedding models.",
+                param="model",
+            )
+
+    def convert(self, request: EmbedAllRequest) -> EmbeddingReqInput:
+        req, _ = normalize_input(request.inputs, encoding_format=FORMAT_FLOAT)
+        req.token_output = TOKENS_HIDDEN
+        return req
+
+    def render(self, request: EmbedAllRequest, result: EmbeddingResult, rid: Optional[str]) -> bytes:
+        return b"[" + b",".join(result.payloads) + b"]"
