@@ -120,3 +120,18 @@ def test_bge_m3_dense_by_default_multi_vector_on_request(m3):
     expected = [maxsim_reference(q, d, "mean") for d, _ in bge_m3_colbert_reference(m3.model_dir, DOCS)]
     got = {r["index"]: r["relevance_score"] for r in body["results"]}
     np.testing.assert_allclose([got[i] for i in range(len(DOCS))], expected, rtol=1e-4)
+
+
+def test_engine_encode_multi_vector(tmp_path):
+    from sglang import Engine
+
+    d = build_tiny_stanford_colbert(str(tmp_path / "colbert"), seed=1)
+    with Engine(model_path=d, cpu_threads=1) as engine:
+        out = engine.encode(DOCS)
+        query = engine.encode(QUERY, input_type="query")
+    for item, (ref, ref_ids) in zip(out, colbert_reference(d, DOCS, is_query=False)):
+        _close(item["embedding"], ref)
+        assert item["token_ids"] == ref_ids
+    ref, ref_ids = colbert_reference(d, [QUERY], is_query=True)[0]
+    _close(query["embedding"], ref)
+    assert query["token_ids"] == ref_ids

@@ -19,6 +19,7 @@ from sglang.srt.configs.model_config import check_model
 from sglang.srt.configs.model_info import OutputKind
 from sglang.srt.entrypoints.engine_processes import EngineProcesses
 from sglang.srt.entrypoints.inputs import Prompt, normalize_input
+from sglang.srt.entrypoints.openai.multi_vector import multi_vector_output
 from sglang.srt.managers.io_struct import FORMAT_RAW, FORMAT_SPARSE_DICT
 from sglang.srt.managers.matryoshka import validate_dimensions
 from sglang.srt.managers.tokenizer_manager import TokenizerManager, payload_to_array
@@ -57,7 +58,13 @@ class Engine:
     def _call(self, coro):
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
-    def encode(self, prompt: Prompt, dimensions: Optional[int] = None) -> Union[dict, list[dict]]:
+    def encode(
+        self,
+        prompt: Prompt,
+        dimensions: Optional[int] = None,
+        multi_vector: Optional[bool] = None,
+        input_type: Optional[str] = None,
+    ) -> Union[dict, list[dict]]:
         """Embed one input (-> dict) or a batch (-> list of dicts), like SGLang's Engine.encode.
 
         An input is a string, a list of token ids, or (multimodal models) a `{"text", "image"}`
@@ -66,26 +73,36 @@ class Engine:
         `embedding` is a list of floats: the vector, or a classifier's logits; on a sparse model
         (SPLADE, --sparse-head) it is a {token_id: weight} dict.
 
+        Multi-vector (ColBERT) models, or `multi_vector=True` on a model with such a head, give
+        one vector per token: `embedding` is a list of lists and `token_ids` says whose each is
+        (`input_type` "query" or "document", as on /v1/embeddings).
+
         Raises EmbeddingError for a bad input, with the same message the HTTP API would give.
         """
         req, single = normalize_input(prompt)
-        validate_dimensions(dimensions, self.model_info, self.server_args.served_model_name)
+        served = self.server_args.served_model_name
+        validate_dimensions(dimensions, self.model_info, served)
         req.dimensions = dimensions
-        sparse = self.model_info.embeddings_output is OutputKind.SPARSE
+        req.token_output = multi_vector_output(self.model_info, served, multi_vector, input_type, dimensions)
+        sparse = self.model_info.embeddings_output is OutputKind.SPARSE and req.token_output is None
         req.encoding_format = FORMAT_SPARSE_DICT if sparse else FORMAT_RAW
-        payloads, prompt_tokens = [], []
+        payloads, prompt_tokens, token_ids = [], [], []
         # A call larger than --max-queue-size could never be queued whole: it goes in parts.
         for part in req.split(self.server_args.max_queue_size):
             result = self._call(self._tm.embed(part))
             payloads += result.payloads
             prompt_tokens += result.prompt_tokens
-        out = [
-            {
+            token_ids += result.token_ids or [None] * len(result.payloads)
+        out = []
+        for p, n, ids in zip(payloads, prompt_tokens, token_ids):
+            item = {
                 "embedding": _sparse_payload(p) if sparse else payload_to_array(p).tolist(),
                 "meta_info": {"prompt_tokens": n},
             }
-            for p, n in zip(payloads, prompt_tokens)
-        ]
+            if req.token_output is not None:
+                item["embedding"] = payload_to_array(p).reshape(-1, self.model_info.multi_vector_dim).tolist()
+                item["token_ids"] = orjson.loads(ids) if ids else []
+            out.append(item)
         return out[0] if single else out
 
     def get_model_info(self) -> dict:
