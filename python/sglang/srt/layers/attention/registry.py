@@ -111,12 +111,12 @@ def create_attention_backend(name: str, device: torch.device, model_config: Mode
 
 
 def _auto(device: torch.device, model_config: ModelConfig) -> AttentionBackend:
-    if device.type == "cuda" and _is_half(model_config) and needs_position_bias(model_config):
-        logger.info(
-            "%s adds a relative position bias, which flashinfer lacks: torch_native attention",
-            model_config.architecture,
-        )
-    elif device.type == "cuda" and _is_half(model_config):
+    if needs_position_bias(model_config):
+        # flashinfer has no additive bias; on CPU the kernel supports it but measured slower than
+        # SDPA with a dense bias (benchmark/bench_position_bias.py, docs/embedding_models.md).
+        logger.info("%s adds a relative position bias: torch_native attention", model_config.architecture)
+        return _torch_native(device, model_config)
+    if device.type == "cuda" and _is_half(model_config):
         try:
             import flashinfer  # noqa: F401
         except Exception as e:  # ImportError, or a broken install: fall back, but say why
