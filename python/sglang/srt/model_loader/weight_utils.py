@@ -25,6 +25,15 @@ def default_weight_loader(param: torch.Tensor, loaded: torch.Tensor, shard_id=No
         param.copy_(loaded)
 
 
+def strip_prefix(name: str, prefixes: tuple[str, ...]) -> str:
+    """A checkpoint name without the first of `prefixes` it starts with (task checkpoints nest the
+    encoder under `bert.`, `model.`, ...)."""
+    for prefix in prefixes:
+        if name.startswith(prefix):
+            return name[len(prefix) :]
+    return name
+
+
 def _weight_files(model_dir: str) -> tuple[list[str], str]:
     index = os.path.join(model_dir, "model.safetensors.index.json")
     if os.path.isfile(index):

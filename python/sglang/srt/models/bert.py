@@ -11,13 +11,14 @@ from sglang.srt.layers.activation import get_activation
 from sglang.srt.layers.attention.layer import AttentionLayer
 from sglang.srt.layers.layernorm import LayerNorm
 from sglang.srt.layers.linear import Linear, QKVLinear
-from sglang.srt.model_loader.weight_utils import default_weight_loader, load_weights_into
+from sglang.srt.model_loader.weight_utils import default_weight_loader, load_weights_into, strip_prefix
 
 if TYPE_CHECKING:
     from sglang.srt.model_executor.forward_batch import ForwardBatch
 
 
-def _embedding(num: int, dim: int) -> nn.Embedding:
+def frozen_embedding(num: int, dim: int) -> nn.Embedding:
+    """An embedding table that loads from the checkpoint and is never trained."""
     emb = nn.Embedding(num, dim)
     emb.weight.requires_grad_(False)
     emb.weight.weight_loader = default_weight_loader
@@ -27,9 +28,9 @@ def _embedding(num: int, dim: int) -> nn.Embedding:
 class BertEmbeddings(nn.Module):
     def __init__(self, config, position_offset: int = 0) -> None:
         super().__init__()
-        self.word_embeddings = _embedding(config.vocab_size, config.hidden_size)
-        self.position_embeddings = _embedding(config.max_position_embeddings, config.hidden_size)
-        self.token_type_embeddings = _embedding(max(1, config.type_vocab_size), config.hidden_size)
+        self.word_embeddings = frozen_embedding(config.vocab_size, config.hidden_size)
+        self.position_embeddings = frozen_embedding(config.max_position_embeddings, config.hidden_size)
+        self.token_type_embeddings = frozen_embedding(max(1, config.type_vocab_size), config.hidden_size)
         self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
         self.position_offset = position_offset  # RoBERTa numbers positions from padding_idx + 1
 
@@ -141,10 +142,7 @@ class BertModel(nn.Module):
         return self.run_layers(self.embed(fb), fb)
 
     def _rename(self, name: str) -> Optional[str]:
-        for prefix in self.checkpoint_prefixes:
-            if name.startswith(prefix):
-                name = name[len(prefix) :]
-                break
+        name = strip_prefix(name, self.checkpoint_prefixes)
         if not name.startswith(("embeddings.", "encoder.")):
             return None  # pooler, MLM / classification heads
         # Old TF-converted checkpoints call LayerNorm parameters gamma / beta.

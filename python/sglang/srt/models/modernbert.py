@@ -26,7 +26,8 @@ from sglang.srt.layers.attention.layer import AttentionLayer
 from sglang.srt.layers.layernorm import LayerNorm
 from sglang.srt.layers.linear import Linear
 from sglang.srt.layers.rotary_embedding import RotaryEmbedding
-from sglang.srt.model_loader.weight_utils import default_weight_loader, load_weights_into
+from sglang.srt.model_loader.weight_utils import load_weights_into, strip_prefix
+from sglang.srt.models.bert import frozen_embedding
 
 if TYPE_CHECKING:
     from sglang.srt.model_executor.forward_batch import ForwardBatch
@@ -110,9 +111,7 @@ class ModernBertLayer(nn.Module):
 class ModernBertEmbeddings(nn.Module):
     def __init__(self, config) -> None:
         super().__init__()
-        self.tok_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.tok_embeddings.weight.requires_grad_(False)
-        self.tok_embeddings.weight.weight_loader = default_weight_loader
+        self.tok_embeddings = frozen_embedding(config.vocab_size, config.hidden_size)
         self.norm = _norm(config)
 
     def forward(self, fb: ForwardBatch) -> torch.Tensor:
@@ -155,10 +154,7 @@ class ModernBertModel(nn.Module):
         return self.run_layers(self.embed(fb), fb)
 
     def _rename(self, name: str) -> Optional[str]:
-        for prefix in self.checkpoint_prefixes:
-            if name.startswith(prefix):
-                name = name[len(prefix) :]
-                break
+        name = strip_prefix(name, self.checkpoint_prefixes)
         return name if name.startswith(("embeddings.", "layers.", "final_norm.")) else None  # MLM head
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:

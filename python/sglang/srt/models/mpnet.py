@@ -24,8 +24,8 @@ from sglang.srt.layers.attention.layer import AttentionLayer
 from sglang.srt.layers.attention.position_bias import PositionBias
 from sglang.srt.layers.layernorm import LayerNorm
 from sglang.srt.layers.linear import Linear, QKVLinear
-from sglang.srt.model_loader.weight_utils import default_weight_loader, load_weights_into
-from sglang.srt.models.bert import BertIntermediate, BertOutput
+from sglang.srt.model_loader.weight_utils import load_weights_into, strip_prefix
+from sglang.srt.models.bert import BertIntermediate, BertOutput, frozen_embedding
 
 if TYPE_CHECKING:
     from sglang.srt.model_executor.forward_batch import ForwardBatch
@@ -50,18 +50,11 @@ def relative_position_bucket(offset: torch.Tensor) -> torch.Tensor:
     return bucket + torch.where(is_small, n, large)
 
 
-def _embedding(num: int, dim: int) -> nn.Embedding:
-    emb = nn.Embedding(num, dim)
-    emb.weight.requires_grad_(False)
-    emb.weight.weight_loader = default_weight_loader
-    return emb
-
-
 class MPNetEmbeddings(nn.Module):
     def __init__(self, config, position_offset: int) -> None:
         super().__init__()
-        self.word_embeddings = _embedding(config.vocab_size, config.hidden_size)
-        self.position_embeddings = _embedding(config.max_position_embeddings, config.hidden_size)
+        self.word_embeddings = frozen_embedding(config.vocab_size, config.hidden_size)
+        self.position_embeddings = frozen_embedding(config.max_position_embeddings, config.hidden_size)
         self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
         self.position_offset = position_offset
 
@@ -110,7 +103,9 @@ class MPNetEncoder(nn.Module):
     def __init__(self, config) -> None:
         super().__init__()
         self.layer = nn.ModuleList(MPNetLayer(config, i) for i in range(config.num_hidden_layers))
-        self.relative_attention_bias = _embedding(config.relative_attention_num_buckets, config.num_attention_heads)
+        self.relative_attention_bias = frozen_embedding(
+            config.relative_attention_num_buckets, config.num_attention_heads
+        )
 
     def position_bias(self, fb: ForwardBatch) -> PositionBias:
         weight = self.relative_attention_bias.weight
@@ -149,10 +144,7 @@ class MPNetModel(nn.Module):
         return self.run_layers(self.embed(fb), fb)
 
     def _rename(self, name: str) -> Optional[str]:
-        for prefix in self.checkpoint_prefixes:
-            if name.startswith(prefix):
-                name = name[len(prefix) :]
-                break
+        name = strip_prefix(name, self.checkpoint_prefixes)
         return name if name.startswith(("embeddings.", "encoder.")) else None  # pooler, heads
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:

@@ -24,7 +24,8 @@ from sglang.srt.layers.attention.layer import AttentionLayer
 from sglang.srt.layers.layernorm import LayerNorm
 from sglang.srt.layers.linear import Linear, MergedLinear, QKVLinear
 from sglang.srt.layers.rotary_embedding import RotaryEmbedding
-from sglang.srt.model_loader.weight_utils import default_weight_loader, load_weights_into
+from sglang.srt.model_loader.weight_utils import load_weights_into, strip_prefix
+from sglang.srt.models.bert import frozen_embedding
 
 if TYPE_CHECKING:
     from sglang.srt.model_executor.forward_batch import ForwardBatch
@@ -42,18 +43,13 @@ _TRANSFORMERS_NAMES = [
 ]
 
 
-def _embedding(num: int, dim: int) -> nn.Embedding:
-    emb = nn.Embedding(num, dim)
-    emb.weight.requires_grad_(False)
-    emb.weight.weight_loader = default_weight_loader
-    return emb
-
-
 class NomicBertEmbeddings(nn.Module):
     def __init__(self, config) -> None:
         super().__init__()
-        self.word_embeddings = _embedding(config.vocab_size, config.hidden_size)
-        self.token_type_embeddings = _embedding(max(1, int(getattr(config, "type_vocab_size", 2))), config.hidden_size)
+        self.word_embeddings = frozen_embedding(config.vocab_size, config.hidden_size)
+        self.token_type_embeddings = frozen_embedding(
+            max(1, int(getattr(config, "type_vocab_size", 2))), config.hidden_size
+        )
 
     def forward(self, fb: ForwardBatch) -> torch.Tensor:
         x = self.word_embeddings(fb.input_ids)
@@ -152,10 +148,7 @@ class NomicBertModel(nn.Module):
         return self.run_layers(self.embed(fb), fb)
 
     def _rename(self, name: str) -> Optional[str]:
-        for prefix in self.checkpoint_prefixes:
-            if name.startswith(prefix):
-                name = name[len(prefix) :]
-                break
+        name = strip_prefix(name, self.checkpoint_prefixes)
         for pattern, repl in _TRANSFORMERS_NAMES:
             name = re.sub(pattern, repl, name)
         return name if name.startswith(("embeddings.", "emb_ln.", "encoder.")) else None  # MLM head, pooler
