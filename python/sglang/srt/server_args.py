@@ -38,6 +38,7 @@ CHOICES = {
     "dtype": ("auto", "float32", "bfloat16", "float16", "half", "float"),
     "device": ("auto", "cpu", "cuda"),
     "attention_backend": ("auto", "torch_native", "cpu_varlen", "flashinfer"),
+    "quantization": (None, "int8"),
     "log_level": ("debug", "info", "warning", "error", "critical"),
     "log_format": ("text", "json"),
 }
@@ -54,6 +55,7 @@ class ServerArgs:
     revision: Optional[str] = None
     download_dir: Optional[str] = None
     dtype: str = "auto"
+    quantization: Optional[str] = None  # "int8": linear layers in int8 on CPU (docs/cpu.md)
     device: str = "auto"
     context_length: Optional[int] = None
     allow_auto_truncate: bool = False
@@ -131,7 +133,8 @@ class ServerArgs:
     def _validate(self) -> None:
         for name, allowed in CHOICES.items():
             if getattr(self, name) not in allowed:
-                raise ConfigError(f"--{name.replace('_', '-')} must be one of {', '.join(allowed)}")
+                named = ", ".join(str(a) for a in allowed if a is not None)
+                raise ConfigError(f"--{name.replace('_', '-')} must be one of {named}")
         positive = (
             "max_batch_size",
             "max_num_tokens",
@@ -204,6 +207,10 @@ class ServerArgs:
         g.add_argument("--dtype", default=d["dtype"].default,
                        choices=CHOICES["dtype"],
                        help="Weight and activation dtype. auto: float32 on CPU, the checkpoint's dtype on CUDA.")
+        g.add_argument("--quantization", default=None, choices=[c for c in CHOICES["quantization"] if c],
+                       help="int8: linear layers with int8 weights (per channel, quantized at load time) "
+                            "and int8 activations (per token) on oneDNN, CPU only; fastest with VNNI/AMX. "
+                            "Attention, LayerNorm and pooling keep --dtype. Default: none.")
         g.add_argument("--device", default=d["device"].default, choices=CHOICES["device"],
                        help="auto: cuda when available, else cpu.")
         g.add_argument("--context-length", type=int, default=None,

@@ -90,7 +90,7 @@ def test_prepack_keeps_tied_weights_and_skips_other_dtypes():
 
 
 def test_prepack_refuses_non_cpu_and_unsupported_dtypes():
-    layer = Linear(8, 4).to(torch.float64)
+    layer = _filled(Linear(8, 4), seed=4).to(torch.float64)  # torch.empty may hold NaNs
     assert not layer.prepack(release_plain=True)
     assert layer.packed_weight is None and layer.weight.numel() == 32
     x = torch.randn(3, 8, dtype=torch.float64)

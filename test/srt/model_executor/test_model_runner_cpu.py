@@ -42,3 +42,18 @@ def test_cpu_threads_flag_sets_torch_threads():
         assert torch.get_num_threads() == 1 and runner.model_info().cpu_threads == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_bfloat16_on_a_cpu_without_bf16_units_warns_once_and_auto_stays_float32(caplog):
+    import logging
+
+    from sglang.srt.model_executor.model_runner import SLOW_BF16_WARNING
+
+    with caplog.at_level(logging.WARNING):
+        ModelRunner(ServerArgs(device="cpu", dtype="bfloat16", cpu_threads=1))
+    warned = [r for r in caplog.records if r.levelno >= logging.WARNING and "bfloat16" in r.getMessage()]
+    if cpu_bf16_units() is None:
+        assert [r.getMessage() for r in warned] == [SLOW_BF16_WARNING]
+    else:
+        assert warned == []
+    assert ModelRunner(ServerArgs(device="cpu", cpu_threads=1)).model_config.dtype == torch.float32  # auto

@@ -48,6 +48,8 @@ class ModelInfo:
     vocab_size: int
     do_lower_case: bool = False  # the tokenizer side lower-cases text first (sentence-transformers)
     dtype: str
+    quantization: Optional[str] = None  # "int8": the linear layers run in int8 (--quantization)
+    int8_activation_bits: Optional[int] = None  # 8 with VNNI / AMX, 7 without
     device: str
     attention_backend: str
     cuda_graph: bool = False

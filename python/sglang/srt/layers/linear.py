@@ -8,6 +8,8 @@ uses) rather than `F.linear`'s BLAS call: on the AVX-512 AMD machines we measure
 in float32 and bfloat16 alike, and it can apply GELU in the same pass (benchmark/NOTES.md).
 `prepack_cpu_linears` reorders each weight into oneDNN's blocked layout once at load time, so no
 call pays that reorder again: ~40% off the matmuls of a short request, ~8% off large batches.
+With `--quantization int8`, `quantize_cpu_linears` gives each layer an int8 copy of its weight
+instead (layers/int8_linear.py) and the layer runs that.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sglang.srt.layers.int8_linear import Int8Support, Int8Weight, int8_linear
 from sglang.srt.model_loader.weight_utils import default_weight_loader
 
 
@@ -66,15 +69,21 @@ class Linear(nn.Module):
             self.register_parameter("bias", None)
         # oneDNN's blocked copy of `weight` (CPU inference, after loading); see prepack_cpu_linears
         self.packed_weight: Optional[torch.Tensor] = None
+        # or its int8 copy (--quantization int8); see quantize_cpu_linears
+        self.int8_weight: Optional[Int8Weight] = None
 
     def _matmul_weight(self) -> torch.Tensor:
         return self.weight if self.packed_weight is None else self.packed_weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.int8_weight is not None:
+            return int8_linear(x, self.int8_weight)
         return linear(x, self._matmul_weight(), self.bias)
 
     def forward_gelu(self, x: torch.Tensor) -> torch.Tensor:
         """GELU(linear(x)) in one pass where the backend can fuse it."""
+        if self.int8_weight is not None:
+            return int8_linear(x, self.int8_weight, gelu=True)
         return linear(x, self._matmul_weight(), self.bias, gelu=True)
 
     def prepack(self, release_plain: bool) -> bool:
@@ -86,8 +95,23 @@ class Linear(nn.Module):
             return False
         self.packed_weight = _ONEDNN_REORDER(w.detach())
         if release_plain:
-            w.data = torch.empty(0, dtype=w.dtype)
+            _release(w)
         return True
+
+    def quantize_int8(self, support: Int8Support, input_absmax: Optional[torch.Tensor], release_plain: bool) -> None:
+        """Run this layer in int8 from now on (per-channel weights, per-token activations),
+        smoothed by the observed input range where there is one."""
+        self.int8_weight = Int8Weight.quantize(self.weight, self.bias, support, input_absmax)
+        self.packed_weight = None
+        if release_plain:
+            _release(self.weight)
+            if self.bias is not None:  # the int8 weight holds a float32 copy
+                _release(self.bias)
+
+
+def _release(param: torch.Tensor) -> None:
+    """Give a parameter's memory back, keeping its dtype (inference no longer reads it)."""
+    param.data = torch.empty(0, dtype=param.dtype)
 
 
 class MergedLinear(Linear):
@@ -131,14 +155,43 @@ class QKVLinear(MergedLinear):
         )
 
 
+def _sole_holder(model: nn.Module):
+    """A test: is this parameter's memory held by one parameter only? (Tied embeddings are not.)"""
+    holders = Counter(p.data_ptr() for _, p in model.named_parameters(remove_duplicate=False) if p.numel())
+    return lambda param: holders[param.data_ptr()] == 1
+
+
 def prepack_cpu_linears(model: nn.Module) -> int:
     """Prepack every `Linear` of a loaded CPU model for oneDNN; returns how many were packed.
 
     A weight that another module also holds (tied embeddings) is packed but its plain copy kept.
+    Layers already running in int8 are left alone.
     """
-    holders = Counter(p.data_ptr() for _, p in model.named_parameters(remove_duplicate=False) if p.numel())
+    sole = _sole_holder(model)
     packed = 0
     for module in model.modules():
-        if isinstance(module, Linear) and module.packed_weight is None:
-            packed += module.prepack(release_plain=holders[module.weight.data_ptr()] == 1)
+        if isinstance(module, Linear) and module.packed_weight is None and module.int8_weight is None:
+            packed += module.prepack(release_plain=sole(module.weight))
     return packed
+
+
+def quantize_cpu_linears(model: nn.Module, support: Int8Support, input_absmax: Optional[dict] = None) -> int:
+    """Give every floating-point `Linear` of a loaded CPU model an int8 weight; returns how many.
+
+    `input_absmax` maps layers to their observed max |x| per input channel (layers/quantization.py).
+    Only the project's `Linear` layers (the backbone's projections and MLPs) change; the small heads
+    (sentence-transformers Dense, classifiers, sparse heads) are torch `nn.Linear`s and keep float.
+    """
+    sole = _sole_holder(model)
+    ranges = input_absmax or {}
+    done = 0
+    for module in model.modules():
+        if (
+            isinstance(module, Linear)
+            and module.int8_weight is None
+            and module.weight.is_floating_point()
+            and module.weight.numel()
+        ):
+            module.quantize_int8(support, ranges.get(module), release_plain=sole(module.weight))
+            done += 1
+    return done

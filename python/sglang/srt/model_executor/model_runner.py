@@ -14,7 +14,8 @@ from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.errors import ConfigError
 from sglang.srt.layers.attention.layer import AttentionLayer
 from sglang.srt.layers.attention.registry import create_attention_backend
-from sglang.srt.layers.linear import prepack_cpu_linears
+from sglang.srt.layers.linear import prepack_cpu_linears, quantize_cpu_linears
+from sglang.srt.layers.quantization import CALIBRATION_TEXTS, check_quantization, describe, observe_linear_inputs
 from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_executor.forward_io import ForwardInput, ForwardOutput
 from sglang.srt.model_executor.multimodal_batch import build_multimodal_batch, has_images, vision_info
@@ -60,6 +61,15 @@ def cpu_bf16_units() -> Optional[str]:
     return None
 
 
+# One warning, at start-up, for everything bf16 costs on such a CPU (matmuls and attention alike).
+SLOW_BF16_WARNING = (
+    "--dtype bfloat16 will be slower than float32 here: this CPU has no bf16 instructions (AMX, avx512_bf16), "
+    "so oneDNN cannot run bf16 matmuls (they fall back to torch's slow path) and the attention kernel converts "
+    "every bf16 value to float32 (one run: 24 vs 78 texts/s served); --dtype auto (float32) or "
+    "--quantization int8 is faster on this CPU"
+)
+
+
 class ModelRunner:
     def __init__(self, server_args: ServerArgs) -> None:
         self.server_args = server_args
@@ -68,22 +78,25 @@ class ModelRunner:
             configure_cpu_threads(server_args.cpu_threads)
         else:  # a hard cap on this process's PyTorch allocations (weights, activations, graphs)
             torch.cuda.set_per_process_memory_fraction(server_args.mem_fraction_static, self.device)
+        self.int8 = check_quantization(server_args.quantization, self.device)  # fail before loading
         model_dir = resolve_model_path(server_args.model_path, server_args.revision, server_args.download_dir)
         self.model_config = ModelConfig.from_server_args(server_args, model_dir, self.device.type)
         self.attn_backend = create_attention_backend(server_args.attention_backend, self.device, self.model_config)
         self._key_lens_backend = None
         self.model = load_model(self.model_config, self.device, model_class(self.model_config.architecture))
         self.attn_backend.bind_layers([m for m in self.model.modules() if isinstance(m, AttentionLayer)])
+        if self.int8 is not None:
+            quantize_cpu_linears(self.model, self.int8, self._calibrate())
         if self.device.type == "cpu":
             prepack_cpu_linears(self.model)
         self.output_head = OutputHead.build(self.model_config, self.model, self.device, server_args)
         if self.device.type == "cpu" and self.model_config.dtype == torch.bfloat16 and cpu_bf16_units() is None:
-            logger.warning("--dtype bfloat16 on a CPU without bf16 matrix units (AMX / avx512_bf16) is slow")
+            logger.warning(SLOW_BF16_WARNING)
         self.graph_runner = self._capture_cuda_graphs()
         if self.device.type == "cuda":  # compile JIT kernels now rather than in the first request
             self.embed([np.zeros(2, dtype=np.int64)])
         logger.info(
-            "loaded %s (%s) on %s in %s: pooling=%s normalize=%s context=%d attention=%s",
+            "loaded %s (%s) on %s in %s: pooling=%s normalize=%s context=%d attention=%s quantization=%s",
             model_dir,
             self.model_config.architecture,
             self.device,
@@ -92,7 +105,23 @@ class ModelRunner:
             self.model_config.normalize,
             self.model_config.context_length,
             self.attn_backend.name,
+            f"int8 (w8a{self.int8.act_bits})" if self.int8 else "none",
         )
+
+    @torch.inference_mode()
+    def _calibrate(self) -> dict:
+        """Each linear layer's largest input per channel over CALIBRATION_TEXTS, in float."""
+        from sglang.srt.utils.hf_tokenizer import load_tokenizer
+
+        tokenizer = load_tokenizer(self.server_args.tokenizer_path, self.server_args.trust_remote_code)
+        limit, vocab = self.model_config.context_length, self.model_config.vocab_size
+        tokens = [np.asarray(tokenizer(t)["input_ids"][:limit], dtype=np.int64) for t in CALIBRATION_TEXTS]
+        tokens = [t[t < vocab] for t in tokens if (t < vocab).any()]
+        fb = self.build_batch(tokens)
+        self.attn_backend.init_forward_metadata(fb)
+        with observe_linear_inputs(self.model) as seen:
+            self.model(fb)
+        return seen
 
     def _capture_cuda_graphs(self) -> Optional["CudaGraphRunner"]:
         sa = self.server_args
@@ -132,6 +161,7 @@ class ModelRunner:
             vocab_size=mc.vocab_size,
             do_lower_case=mc.st_info.do_lower_case,
             dtype=str(mc.dtype).replace("torch.", ""),
+            **describe(self.int8),  # quantization: None or "int8"; int8_activation_bits
             device=str(self.device),
             attention_backend=self.attn_backend.name,
             cuda_graph=self.graph_runner is not None,

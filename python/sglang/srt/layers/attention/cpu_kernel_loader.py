@@ -73,8 +73,11 @@ class BuildResult:
     reason: str = ""  # why there is no library, for the log and for a ConfigError
 
 
-def build_kernel(sources: tuple[Path, ...] = SOURCES, headers: tuple[Path, ...] = HEADERS) -> BuildResult:
-    """The cached library for this machine, compiling it first if needed."""
+def build_kernel(
+    sources: tuple[Path, ...] = SOURCES, headers: tuple[Path, ...] = HEADERS, what: str = "the CPU attention kernel"
+) -> BuildResult:
+    """The cached library for this machine, compiling it first if needed (`what` names it in messages;
+    the int8 layers' row kernel is built the same way)."""
     code = b"\0".join(f.read_bytes() for f in (*sources, *headers))
     key = hashlib.sha256(
         b"\0".join(
@@ -110,12 +113,12 @@ def build_kernel(sources: tuple[Path, ...] = SOURCES, headers: tuple[Path, ...] 
             continue
         if done.returncode == 0:
             os.replace(tmp, target)
-            logger.info("built the CPU attention kernel: %s", target)
+            logger.info("built %s: %s", what, target)
             return BuildResult(target)
         os.unlink(tmp)
         tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         errors.append(f"{' '.join(arch) or 'portable'}: {tail}")
-    return BuildResult(None, "compiling the CPU attention kernel failed: " + "; ".join(errors))
+    return BuildResult(None, f"compiling {what} failed: " + "; ".join(errors))
 
 
 class VarlenAttentionKernel:

@@ -1,0 +1,67 @@
+/* The per-row (per-token) steps around oneDNN's int8 matmul, one pass each (layers/int8_linear.py
+ * holds the same arithmetic in torch ops, and the derivation):
+ *
+ *   sgl_int8_quantize_rows: x (float32, optionally times a per-column smoothing factor) ->
+ *       t = floor((x - min) * levels / span + 0.5) + low per row, with the row's span and min;
+ *   sgl_int8_dequant_rows: out = out * span + (min - low * span / levels) * row_sums + bias.
+ *
+ * Each call is one pass over its rows (a row is re-read from L1/L2, never from memory), rows
+ * spread over threads through the OpenMP runtime torch already uses. No GEMM here: the matmul is
+ * oneDNN's. Built and cached per machine by cpu_kernel_loader.build_kernel.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#define PARALLEL_MIN_ELEMS 32768
+
+/* smooth: k factors (ones where the layer has no smoothing). */
+void sgl_int8_quantize_rows(const float *restrict x, int64_t ldx, const float *restrict smooth, int64_t m, int64_t k,
+                            int levels, int low, int8_t *restrict q, float *restrict span, float *restrict lo, int threads)
+{
+#pragma omp parallel for schedule(static) num_threads(threads) if (m * k >= PARALLEL_MIN_ELEMS)
+    for (int64_t i = 0; i < m; i++) {
+        const float *restrict row = x + i * ldx;
+        int8_t *restrict out = q + i * k;
+        float mn = INFINITY, mx = -INFINITY;
+#pragma omp simd reduction(min : mn) reduction(max : mx)
+        for (int64_t j = 0; j < k; j++) {
+            float v = row[j] * smooth[j];
+            mn = v < mn ? v : mn;
+            mx = v > mx ? v : mx;
+        }
+        float s = mx - mn;
+        if (!(s >= 1e-12f))
+            s = 1e-12f;
+        float a = (float)levels / s;
+        float shift = 0.5f - mn * a;
+        int top = low + levels;
+#pragma omp simd
+        for (int64_t j = 0; j < k; j++) {
+            /* (x - min) * a + 0.5 >= 0 up to rounding, so truncation is floor, i.e. rounding */
+            int t = (int)(row[j] * smooth[j] * a + shift) + low;
+            t = t < low ? low : t;
+            out[j] = (int8_t)(t > top ? top : t);
+        }
+        span[i] = s;
+        lo[i] = mn;
+    }
+}
+
+void sgl_int8_dequant_rows(float *restrict out, int64_t ldo, int64_t m, int64_t n, const float *restrict span,
+                           const float *restrict lo, const float *restrict row_sums, const float *restrict bias,
+                           int levels, int low, int threads)
+{
+#pragma omp parallel for schedule(static) num_threads(threads) if (m * n >= PARALLEL_MIN_ELEMS)
+    for (int64_t i = 0; i < m; i++) {
+        float *restrict row = out + i * ldo;
+        float s = span[i];
+        float off = lo[i] - (float)low * s / (float)levels;
+        if (bias) {
+            for (int64_t j = 0; j < n; j++)
+                row[j] = row[j] * s + off * row_sums[j] + bias[j];
+        } else {
+            for (int64_t j = 0; j < n; j++)
+                row[j] = row[j] * s + off * row_sums[j];
+        }
+    }
+}

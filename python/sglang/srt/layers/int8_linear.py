@@ -1,0 +1,200 @@
+"""int8 linear layers on CPU: per-channel int8 weights, per-token dynamic int8 activations.
+
+The matmul is oneDNN's int8 inner product as torch exposes it for its x86 inductor backend
+(`onednn::qlinear_prepack` / `onednn::qlinear_pointwise`): int8 weights in oneDNN's blocked
+layout, int8 or uint8 activations, int32 accumulation, float32 out with the per-channel weight
+scales applied. That op takes one activation scale and zero point for the whole matrix; we
+quantize each row (token) with its own: a token's result must not depend on the other texts in
+its batch, and one token's outliers must not coarsen every other token. So the op runs with
+scale 1 and zero point 0, and each row's scale and offset are applied to its output:
+
+    x ~= (t - low) * range / levels + min        (t: the stored integers, per row min and range)
+    x @ W.T ~= range * (t @ Wq.T * w_scale / levels) + (min - low * range / levels) * W.sum(1)
+
+Asymmetric rows (min..max rather than -max..max) matter after GELU, whose outputs are nearly all
+positive. Before that, SmoothQuant's per-input-channel factors (calibrated on sample text at load
+time, layers/quantization.py) move the few channels of huge activations that BERT-style models
+carry into the weights: x / s and W * s give the same product, with a flatter x.
+
+Without VNNI (AVX2, AVX-512 without VNNI) oneDNN multiplies uint8 x int8 pairs with `vpmaddubsw`,
+whose int16 pair sums saturate beyond 127 x 127 x 2: activations then keep 7 bits (uint8 0..127),
+exact there. With VNNI or AMX they get 8 (int8 -128..127). `int8_support()` decides by running the
+op on values that saturate without VNNI: the choice follows what this CPU and this oneDNN build
+do, not a flag list.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional
+
+import torch
+
+if TYPE_CHECKING:
+    from sglang.srt.layers.int8_rows_kernel import Int8RowsKernel
+
+
+def _onednn_int8_op(name: str):
+    ops = getattr(torch.ops, "onednn", None)
+    return getattr(ops, name, None) if ops is not None and torch.backends.mkldnn.is_available() else None
+
+
+_PREPACK = _onednn_int8_op("qlinear_prepack")
+_QLINEAR = _onednn_int8_op("qlinear_pointwise")
+SMOOTH_ALPHA = 0.5  # SmoothQuant's migration strength; 0.5 measured best on all-MiniLM-L6-v2 (0.3-0.8 tried)
+
+
+@dataclass(frozen=True)
+class Int8Support:
+    """Whether oneDNN's int8 linear runs in this process, and how activations are stored."""
+
+    available: bool
+    reason: str = ""  # why not, when not available
+    levels: int = 0  # 255: int8 -128..127 (VNNI / AMX); 127: uint8 0..127 (7 bits, int16 sums saturate)
+    low: int = 0  # the smallest stored value: -128 or 0
+    # the C row kernel (int8_rows_kernel.py) when it builds; else the same steps in torch ops
+    rows_kernel: Optional["Int8RowsKernel"] = field(default=None, compare=False, repr=False)
+
+    @property
+    def act_bits(self) -> int:
+        return 8 if self.levels == 255 else 7
+
+
+def _exact(x: torch.Tensor) -> bool:
+    """Does the op compute x @ w.T exactly for the extreme values x holds?"""
+    k = x.shape[1]
+    w = torch.where(torch.arange(k) % 3 == 0, -127, 127).to(torch.int8).repeat(8, 1)
+    out = _QLINEAR(
+        x,
+        1.0,
+        0,
+        _PREPACK(w, None),
+        torch.ones(8),
+        torch.zeros(8, dtype=torch.long),
+        None,
+        1.0,
+        0,
+        torch.float32,
+        "none",
+        [],
+        "",
+    )
+    return torch.equal(out, x.float() @ w.float().T)
+
+
+@functools.lru_cache(maxsize=None)
+def int8_support() -> Int8Support:
+    """Probe once per process (a few microseconds of compute)."""
+    if _PREPACK is None or _QLINEAR is None:
+        return Int8Support(
+            False, f"this torch build ({torch.__version__}) has no oneDNN int8 linear (onednn::qlinear_pointwise)"
+        )
+    k = 64
+    full = torch.where(torch.arange(k) % 2 == 0, 127, -128).to(torch.int8).repeat(4, 1)
+    full[0] = 127
+    try:
+        if _exact(full):
+            return Int8Support(True, levels=255, low=-128)
+        if _exact(torch.where(full > 0, 127, 0).to(torch.uint8)):
+            return Int8Support(True, levels=127, low=0)
+    except (RuntimeError, NotImplementedError) as e:
+        return Int8Support(False, f"oneDNN's int8 linear does not run on this CPU ({str(e).splitlines()[0]})")
+    return Int8Support(False, "oneDNN's int8 linear gives inexact results on this CPU")
+
+
+@dataclass
+class Int8Weight:
+    """One linear layer in int8: oneDNN's packed weight and what brings the output back to float."""
+
+    packed: torch.Tensor  # int8 [out, in], oneDNN blocked layout
+    scales: torch.Tensor  # float32 [out]: each row's weight scale / levels (the op applies it)
+    zero_points: torch.Tensor  # int64 [out], zeros: weights are symmetric
+    row_sums: torch.Tensor  # float32 [out]: the dequantized weight's row sums (for the rows' offsets)
+    bias: Optional[torch.Tensor]  # float32 [out]
+    smooth: torch.Tensor  # float32 [in]: 1 / SmoothQuant factor, applied to x (ones: not smoothed)
+    smoothed: bool
+    support: Int8Support
+
+    @property
+    def out_features(self) -> int:
+        return self.scales.shape[0]
+
+    @classmethod
+    def quantize(
+        cls,
+        weight: torch.Tensor,
+        bias: Optional[torch.Tensor],
+        support: Int8Support,
+        input_absmax: Optional[torch.Tensor] = None,
+    ) -> "Int8Weight":
+        """Symmetric per output channel (scale max|w_row| / 127), after smoothing by
+        s = max|x|^a / max|w|^(1-a) per input channel when the input's range was observed."""
+        w = weight.detach().float()
+        smooth = torch.ones(w.shape[1])
+        if input_absmax is not None:
+            alpha = SMOOTH_ALPHA
+            s = input_absmax.float().clamp_min(1e-5).pow(alpha) / w.abs().amax(dim=0).clamp_min(1e-5).pow(1 - alpha)
+            s = s.clamp_min(1e-5)
+            w = w * s
+            smooth = s.reciprocal().contiguous()
+        scales = (w.abs().amax(dim=1) / 127.0).clamp_min(torch.finfo(torch.float32).tiny)
+        q = torch.round(w / scales[:, None]).clamp_(-127, 127).to(torch.int8)
+        return cls(
+            packed=_PREPACK(q, None),
+            scales=(scales / support.levels).contiguous(),
+            zero_points=torch.zeros(w.shape[0], dtype=torch.long),
+            row_sums=(q.float().sum(dim=1) * scales).contiguous(),
+            bias=None if bias is None else bias.detach().float().contiguous(),
+            smooth=smooth,
+            smoothed=input_absmax is not None,
+            support=support,
+        )
+
+
+def quantize_rows(x: torch.Tensor, support: Int8Support) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token asymmetric quantization of float32 x [M, K]: (t int8/uint8, range [M, 1], min [M, 1]).
+
+    Few passes over x (at K=1536 they cost as much as the matmul saves) and few torch calls (each
+    costs microseconds, which a short request pays at every layer): two vectorized row reductions,
+    one fused multiply-add, one conversion to int8. Conversion to uint8 is several times slower
+    in torch, and 0..127 has the same bits in both types, so the 7-bit form is made as int8 too.
+    """
+    lo = x.amin(dim=1, keepdim=True)
+    span = x.amax(dim=1, keepdim=True).sub_(lo).clamp_min_(1e-12)
+    step_inv = span.reciprocal().mul_(support.levels)
+    if support.low == 0:  # t = floor((x - min) * levels / range + 0.5): all in 0.5..127.5, truncation rounds
+        shift = torch.addcmul(_HALF, lo, step_inv, value=-1)
+        return torch.addcmul(shift, x, step_inv).to(torch.int8).view(torch.uint8), span, lo
+    shift = torch.addcmul(_LOW_8BIT, lo, step_inv, value=-1)
+    return torch.addcmul(shift, x, step_inv).round_().to(torch.int8), span, lo
+
+
+_HALF = torch.tensor(0.5)
+_LOW_8BIT = torch.tensor(-128.0)
+
+
+def int8_linear(x: torch.Tensor, weight: Int8Weight, gelu: bool = False) -> torch.Tensor:
+    """x @ W.T + b (then exact GELU) in int8; x's dtype in and out, float32 around the matmul."""
+    x2 = x if x.dim() == 2 and x.dtype == torch.float32 else x.reshape(-1, x.shape[-1]).float()
+    support, kernel = weight.support, weight.support.rows_kernel
+    if kernel is not None:
+        t, span, lo = kernel.quantize_rows(
+            x2 if x2.stride(1) == 1 else x2.contiguous(), weight.smooth, support.levels, support.low
+        )
+    else:
+        t, span, lo = quantize_rows(x2 * weight.smooth if weight.smoothed else x2, support)
+    out = _QLINEAR(
+        t, 1.0, 0, weight.packed, weight.scales, weight.zero_points, None, 1.0, 0, torch.float32, "none", [], ""
+    )
+    if kernel is not None:
+        kernel.dequant_rows(out, span, lo, weight.row_sums, weight.bias, support.levels, support.low)
+    else:
+        out = torch.addcmul(weight.bias, out, span, out=out) if weight.bias is not None else out.mul_(span)
+        offset = lo if support.low == 0 else torch.addcmul(lo, span, _LOW_8BIT, value=-1.0 / support.levels)
+        out.addr_(offset.view(-1), weight.row_sums)
+    if gelu:
+        out = torch.nn.functional.gelu(out)
+    if out.dtype != x.dtype or x.dim() != 2:
+        out = out.to(x.dtype).reshape(*x.shape[:-1], weight.out_features)
+    return out

@@ -1,0 +1,99 @@
+"""The per-token steps around the int8 matmul in C (csrc/int8_rows.c), one call and one pass each.
+
+In torch ops, quantizing a row block and bringing the matmul's output back to float take about a
+dozen calls per layer: microseconds each, which a short request pays at every layer (24 times
+in all-MiniLM-L6-v2), and several passes over large batches. The C versions do the same
+arithmetic in one pass per step. Built and cached per machine like the attention kernel; with no
+compiler, `load_int8_rows_kernel` says why and the torch ops run instead (layers/int8_linear.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from sglang.srt.layers.attention.cpu_kernel_loader import build_kernel
+
+SOURCE = Path(__file__).with_name("csrc") / "int8_rows.c"
+
+
+class Int8RowsKernel:
+    """ctypes bindings of sgl_int8_quantize_rows / sgl_int8_dequant_rows (both release the GIL)."""
+
+    def __init__(self, path: Path) -> None:
+        lib = ctypes.CDLL(str(path))
+        ptr, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+        self._quantize = lib.sgl_int8_quantize_rows
+        self._quantize.argtypes = [ptr, i64, ptr, i64, i64, i32, i32, ptr, ptr, ptr, i32]
+        self._quantize.restype = None
+        self._dequant = lib.sgl_int8_dequant_rows
+        self._dequant.argtypes = [ptr, i64, i64, i64, ptr, ptr, ptr, ptr, i32, i32, i32]
+        self._dequant.restype = None
+        self.path = path
+
+    def quantize_rows(
+        self, x: torch.Tensor, smooth: torch.Tensor, levels: int, low: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x: float32 [M, K] with dense rows; smooth: float32 [K] -> (t [M, K] int8 bits, span [M, 1], min [M, 1])."""
+        m, k = x.shape
+        if x.dtype != torch.float32 or x.stride(1) != 1 or smooth.shape != (k,) or not smooth.is_contiguous():
+            raise ValueError(f"quantize_rows takes float32 rows and {k} smoothing factors")
+        t = torch.empty((m, k), dtype=torch.int8 if low < 0 else torch.uint8)
+        span, lo = torch.empty((2, m, 1), dtype=torch.float32)
+        self._quantize(
+            x.data_ptr(),
+            x.stride(0),
+            smooth.data_ptr(),
+            m,
+            k,
+            levels,
+            low,
+            t.data_ptr(),
+            span.data_ptr(),
+            lo.data_ptr(),
+            torch.get_num_threads(),
+        )
+        return t, span, lo
+
+    def dequant_rows(
+        self,
+        out: torch.Tensor,
+        span: torch.Tensor,
+        lo: torch.Tensor,
+        row_sums: torch.Tensor,
+        bias: Optional[torch.Tensor],
+        levels: int,
+        low: int,
+    ) -> torch.Tensor:
+        """In place: out = out * span + (min - low * span / levels) * row_sums + bias."""
+        m, n = out.shape
+        if out.dtype != torch.float32 or out.stride(1) != 1 or row_sums.shape != (n,) or span.numel() != m:
+            raise ValueError("dequant_rows takes the matmul's float32 [M, N] output and its rows' statistics")
+        self._dequant(
+            out.data_ptr(),
+            out.stride(0),
+            m,
+            n,
+            span.data_ptr(),
+            lo.data_ptr(),
+            row_sums.data_ptr(),
+            bias.data_ptr() if bias is not None else None,
+            levels,
+            low,
+            torch.get_num_threads(),
+        )
+        return out
+
+
+def load_int8_rows_kernel() -> tuple[Optional[Int8RowsKernel], str]:
+    """(kernel, "") or (None, why not)."""
+    built = build_kernel((SOURCE,), (), what="the int8 row kernel")
+    if built.path is None:
+        return None, built.reason
+    try:
+        return Int8RowsKernel(built.path), ""
+    except (OSError, AttributeError) as e:
+        return None, f"loading {built.path} failed ({e})"
