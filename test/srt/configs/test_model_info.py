@@ -25,6 +25,8 @@ MODEL_INFO_KEYS = {
     "vocab_size",
     "do_lower_case",
     "dtype",
+    "quantization",
+    "int8_activation_bits",
     "device",
     "attention_backend",
     "cuda_graph",
