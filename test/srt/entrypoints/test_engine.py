@@ -77,3 +77,15 @@ def test_engine_encodes_image_items_like_the_http_api(tmp_path):
     vecs = np.asarray([m["embedding"] for m in many])
     np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
     assert not np.allclose(vecs[0], vecs[2], atol=1e-3)
+
+
+def test_engine_serves_int8_and_says_so():
+    texts = [t for t in load_texts() if len(t.split()) < 100][:8]
+    with sglang.Engine(quantization="int8", cpu_threads=1) as engine:
+        info = engine.get_model_info()
+        assert info["quantization"] == "int8" and info["int8_activation_bits"] in (7, 8)
+        got = np.asarray([o["embedding"] for o in engine.encode(texts)], dtype=np.float32)
+    with sglang.Engine(cpu_threads=1) as engine:
+        assert engine.get_model_info()["quantization"] is None
+        ref = np.asarray([o["embedding"] for o in engine.encode(texts)], dtype=np.float32)
+    assert (got * ref).sum(1).min() >= 0.99  # normalized vectors
