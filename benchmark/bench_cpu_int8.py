@@ -37,7 +37,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_cpu_targets  # noqa: E402
 import bench_serving  # noqa: E402
 
-CONFIGS = {"float32": "", "int8": "--quantization int8", "bfloat16": "--dtype bfloat16"}
+# --device cpu: this benchmark is about the CPU, also on a host whose default device is a GPU.
+CONFIGS = {
+    "float32": "--device cpu",
+    "int8": "--device cpu --quantization int8",
+    "bfloat16": "--device cpu --dtype bfloat16",
+}
 FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "avx512_bf16", "amx_bf16")
 
 

