@@ -49,7 +49,12 @@ class ServerArgs:
     # Model
     model_path: Optional[str] = None
     tokenizer_path: Optional[str] = None
+    # One name, or several (aliases): the first is the one responses report. Given as a list to
+    # the Engine or as `--served-model-name a b`; __post_init__ keeps the first here and the rest
+    # in served_model_aliases.
     served_model_name: Optional[str] = None
+    served_model_aliases: list[str] = field(default_factory=list)
+    strict_model_name: bool = False  # 404 for a request whose `model` is none of the served names
     is_embedding: bool = False
     trust_remote_code: bool = False
     revision: Optional[str] = None
@@ -62,6 +67,8 @@ class ServerArgs:
     json_model_override_args: str = "{}"
     chat_template: Optional[str] = None
     sparse_head: Optional[str] = None
+    default_prompt_name: Optional[str] = None  # a key of config_sentence_transformers.json's prompts
+    default_prompt: Optional[str] = None  # a raw prefix for every text input (conflicts with the above)
 
     # HTTP
     host: str = "127.0.0.1"
@@ -108,6 +115,10 @@ class ServerArgs:
     model_override_args: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        if isinstance(self.served_model_name, (list, tuple)):
+            names = [str(n) for n in self.served_model_name]
+            self.served_model_name = names[0] if names else None
+            self.served_model_aliases = [*names[1:], *self.served_model_aliases]
         if self.model_path is None:
             self.model_path = default_model_path()
             if self.served_model_name is None:
@@ -128,6 +139,7 @@ class ServerArgs:
         self.cors_allow_origin = [o.strip() for item in self.cors_allow_origin for o in item.split(",") if o.strip()]
         if self.log_request_text:
             self.log_requests = True
+        self.served_model_aliases = [n for n in dict.fromkeys(self.served_model_aliases) if n != self.served_model_name]
         self._validate()
 
     def _validate(self) -> None:
@@ -167,6 +179,8 @@ class ServerArgs:
             and self.api_key
         ):
             raise ConfigError("--api-key / SGLANG_API_KEY must be non-empty printable ASCII without surrounding spaces")
+        if self.default_prompt_name is not None and self.default_prompt is not None:
+            raise ConfigError("--default-prompt-name and --default-prompt cannot be used together")
         if not (0 < self.port < 65536):
             raise ConfigError("--port must be between 1 and 65535")
         self._validate_multimodal()
@@ -196,8 +210,12 @@ class ServerArgs:
         g.add_argument("--model-path", default=None,
                        help="Local directory or Hugging Face hub id. Default: the bundled all-MiniLM-L6-v2.")
         g.add_argument("--tokenizer-path", default=None, help="Tokenizer location (default: the model path).")
-        g.add_argument("--served-model-name", default=None,
-                       help="Name clients pass as `model` (default: the model path).")
+        g.add_argument("--served-model-name", nargs="+", default=None, metavar="NAME",
+                       help="Name(s) of the model: the first is reported in responses and /v1/models, the "
+                            "others are aliases (default: the model path).")
+        g.add_argument("--strict-model-name", action="store_true",
+                       help="Answer 404 when a request's `model` is none of the served names (default: any "
+                            "`model` is served, as SGLang and TEI do).")
         g.add_argument("--is-embedding", action="store_true",
                        help="Serve a decoder checkpoint as an embedding model.")
         g.add_argument("--trust-remote-code", action="store_true",
@@ -228,6 +246,11 @@ class ServerArgs:
                             "`splade` for the checkpoint's masked-LM head. Without it, a sparse_linear.pt beside "
                             "the weights enables /embed_sparse (bge-m3), and a sentence-transformers "
                             "SpladePooling module makes the model sparse.")
+        g.add_argument("--default-prompt-name", default=None,
+                       help="Prompt (a key of config_sentence_transformers.json's `prompts`) prefixed to every "
+                            "text input whose request names none (docs/prompts.md).")
+        g.add_argument("--default-prompt", default=None,
+                       help='Raw prefix for every text input whose request names no prompt, e.g. "query: ".')
 
         g = parser.add_argument_group("http")
         g.add_argument("--host", default=d["host"].default, help="Address to listen on.")
@@ -315,6 +338,11 @@ class ServerArgs:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @property
+    def served_model_names(self) -> list[str]:
+        """Every name `model` may carry: the reported one first, then the aliases."""
+        return [self.served_model_name, *self.served_model_aliases]
 
     @property
     def url(self) -> str:

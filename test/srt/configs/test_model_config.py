@@ -157,9 +157,9 @@ def test_matryoshka_from_config_json(qwen3_dir, tmp_path):
     d = _variant(qwen3_dir, str(tmp_path / "mrl"), matryoshka_dimensions=[16, 48])
     mc = _config(d, is_embedding=True)
     assert (mc.is_matryoshka, mc.matryoshka_dimensions) == (True, [16, 48])
-    # is_matryoshka: true lifts the list's restriction (any width up to the embedding size).
+    # The list wins over is_matryoshka: true (SGLang's rule: its test asks for 100 with both set, expects 400).
     mc = _config(d, is_embedding=True, json_model_override_args='{"is_matryoshka": true}')
-    assert (mc.is_matryoshka, mc.matryoshka_dimensions) == (True, None)
+    assert (mc.is_matryoshka, mc.matryoshka_dimensions) == (True, [16, 48])
 
 
 @pytest.mark.parametrize(

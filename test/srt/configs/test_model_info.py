@@ -41,6 +41,9 @@ MODEL_INFO_KEYS = {
     "colbert",
     "multi_vector_dim",
     "hidden_size",
+    "prompts",
+    "default_prompt",
+    "prompt_in_pooling",
 }
 
 

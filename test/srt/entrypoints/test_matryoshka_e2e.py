@@ -2,7 +2,7 @@
 
 Two servers and one Engine for the whole module: one Matryoshka model (list given on the command
 line), one plain model found by its sentence-transformers files, and an Engine whose config.json
-lists widths while the override says `is_matryoshka: true`.
+lists widths while the override says `is_matryoshka: true` (the list wins).
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def test_over_long_input_is_400(mrl_server, model_dir):
     r = _post(mrl_server, {"input": LONG_TEXT})
     assert r.status_code == 400
     assert r.json()["error"]["message"] == (
-        f"The input ({n} tokens) is longer than the model's context length (64 tokens)."
+        f"The input at index 0 ({n} tokens) is longer than the model's context length (64 tokens)."
     )
 
 
@@ -181,11 +181,13 @@ def test_engine_dimensions(model_dir, tmp_path):
     ) as engine:
         assert engine.get_model_info()["is_matryoshka"] is True
         full = np.asarray([o["embedding"] for o in engine.encode(MIXED_TEXTS)], dtype=np.float32)
-        out = engine.encode(MIXED_TEXTS, dimensions=12)  # not in the list: is_matryoshka allows any width
+        out = engine.encode(MIXED_TEXTS, dimensions=16)
         short = np.asarray([o["embedding"] for o in out], dtype=np.float32)
-        assert short.shape == (len(MIXED_TEXTS), 12)
-        assert np.abs(short - _shortened(full, 12)).max() <= 1e-6
+        assert short.shape == (len(MIXED_TEXTS), 16)
+        assert np.abs(short - _shortened(full, 16)).max() <= 1e-6
         for dims, message in [
+            # The config's list wins over is_matryoshka: true.
+            (12, "Model 'tiny' only supports matryoshka dimensions [8, 16]; dimensions 12 would lead to poor results."),
             (0, "dimensions must be at least 1, got 0."),
             (49, "dimensions 49 is greater than the model's embedding size 48."),
         ]:

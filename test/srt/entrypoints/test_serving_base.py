@@ -22,8 +22,14 @@ from test.helpers.model_info import make_model_info
 class FakeTokenizerManager:
     """Records what reaches `embed` and answers every input with the same payload."""
 
-    def __init__(self, payload: bytes = b"[1.0]", **info) -> None:
-        self.server_args = ServerArgs(model_path="/tmp", max_client_batch_size=3, max_queue_size=8)
+    def __init__(self, payload: bytes = b"[1.0]", strict: bool = True, **info) -> None:
+        self.server_args = ServerArgs(
+            model_path="/tmp",
+            served_model_name=["m", "m2"],
+            strict_model_name=strict,
+            max_client_batch_size=3,
+            max_queue_size=8,
+        )
         self.model_info = make_model_info(**info)
         self.payload = payload
         self.seen = []
@@ -68,6 +74,15 @@ def test_refusals_never_reach_the_engine(request_, kind, param):
     assert (err.value.kind, err.value.param) == (kind, param) and tm.seen == []
     if kind is ErrorKind.TOO_LARGE:
         assert "at most 3 per request (--max-client-batch-size)" in err.value.message
+
+
+def test_any_model_name_is_served_unless_strict():
+    tm = FakeTokenizerManager(strict=False)
+    body, _ = _run(OpenAIServingEmbedding(tm, "m"), EmbeddingRequest(input="a", model="gme-qwen2-vl"))
+    assert orjson.loads(body)["model"] == "m"  # the served name, whatever the request said
+    strict = FakeTokenizerManager(strict=True)
+    body, _ = _run(OpenAIServingEmbedding(strict, "m"), EmbeddingRequest(input="a", model="m2"))  # an alias
+    assert orjson.loads(body)["model"] == "m"
 
 
 def test_classifier_routes_need_a_classifier():

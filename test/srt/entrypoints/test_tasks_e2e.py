@@ -45,7 +45,7 @@ def _error(resp: requests.Response, status: int, param=None) -> str:
 @pytest.fixture(scope="module")
 def cross_encoder(tmp_path_factory):
     d = build_tiny_bert_task(str(tmp_path_factory.mktemp("ce")), "seq_cls", num_labels=1, id2label={0: "relevant"})
-    with ServerProcess("--model-path", d, "--served-model-name", "ce", *SERVER_ARGS) as s:
+    with ServerProcess("--model-path", d, "--served-model-name", "ce", "--strict-model-name", *SERVER_ARGS) as s:
         s.model_dir = d
         yield s
 
@@ -53,7 +53,9 @@ def cross_encoder(tmp_path_factory):
 @pytest.fixture(scope="module")
 def classifier(tmp_path_factory):
     d = build_tiny_decoder_classifier(str(tmp_path_factory.mktemp("cls")), "qwen2", num_labels=3, id2label=LABELS)
-    with ServerProcess("--model-path", d, "--served-model-name", "cls", *SERVER_ARGS) as s:
+    with ServerProcess(
+        "--model-path", d, "--served-model-name", "cls", "alias", "--strict-model-name", *SERVER_ARGS
+    ) as s:
         s.model_dir = d
         yield s
 
@@ -112,7 +114,7 @@ def test_rerank_bad_inputs(cross_encoder, payload, status, param):
 
 def test_classify_labels_match_transformers(classifier):
     texts = ["the cat", "a fast embedding server", "three blue books in the house by the river"]
-    r = _post(classifier, "/v1/classify", {"input": texts, "model": "cls"})
+    r = _post(classifier, "/v1/classify", {"input": texts, "model": "alias"})  # an alias; answers name "cls"
     assert r.status_code == 200, r.text
     body = r.json()
     ClassifyResponse.model_validate(body)

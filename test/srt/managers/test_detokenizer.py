@@ -67,3 +67,32 @@ def test_batch_shape_and_queue_length_reach_every_worker_through_the_codec():
     for res in render_output(out).values():
         res = decode(encode(res))
         assert (res.batch_size, res.batch_tokens, res.queue_length) == (2, 17, 5)
+
+
+def _with_options(out, normalize=None, dtypes=None, orders=None):
+    out.normalize, out.embed_dtypes, out.endianness = normalize, dtypes, orders
+    return out
+
+
+def test_unnormalized_rows_are_cut_without_renormalizing():
+    vec = np.array([3.0, 4.0, 100.0], np.float32)
+    res = render_output(_with_options(_out([vec], ["float"], dims=[2]), normalize=[False]))[0]
+    np.testing.assert_array_equal(orjson.loads(res.payloads[0]), [3.0, 4.0])
+
+
+def test_base64_embed_dtype_and_endianness():
+    import torch
+
+    vec = np.array([1.0, -0.3333, 65504.5, 1e-3], np.float32)
+    cases = [("float16", "little", "<f2"), ("float16", "big", ">f2"), ("float32", "big", ">f4")]
+    out = _with_options(
+        _out([vec] * 4, ["base64"] * 4),
+        dtypes=[c[0] for c in cases] + ["bfloat16"],
+        orders=[c[1] for c in cases] + ["little"],
+    )
+    payloads = [base64.b64decode(orjson.loads(p)) for p in render_output(out)[0].payloads]
+    for raw, (_, _, np_dtype) in zip(payloads, cases):
+        np.testing.assert_array_equal(np.frombuffer(raw, np_dtype), vec.astype(np_dtype))
+    # bfloat16: torch's own rounding, as vLLM sends it (the raw 16-bit patterns).
+    want = torch.from_numpy(vec).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    np.testing.assert_array_equal(np.frombuffer(payloads[3], "<u2"), want)

@@ -165,3 +165,39 @@ def test_request_split_keeps_order_and_every_other_field():
     ids = EmbeddingReqInput(input_ids=[[1], [2], [3]])
     assert [p.input_ids for p in ids.split(2)] == [[[1], [2]], [[3]]]
     assert req.split(7) == [req]
+
+
+def test_output_options_cross_both_links():
+    """normalize / embed_dtype / endianness reach the runner (tokenized input) and the detokenizer
+    (output columns) unchanged."""
+    req = TokenizedEmbeddingReqInput(
+        rid="o-0",
+        worker_id=0,
+        input_ids=np.ones(2, np.int32),
+        normalize=False,
+        embed_dtype="bfloat16",
+        endianness="big",
+    )
+    (back,) = _roundtrip(BatchTokenizedEmbeddingReqInput([req])).reqs
+    assert (back.normalize, back.embed_dtype, back.endianness) == (False, "bfloat16", "big")
+    plain = _roundtrip(BatchTokenizedEmbeddingReqInput([TokenizedEmbeddingReqInput("p", 0, np.ones(1, np.int32))]))
+    assert (plain.reqs[0].normalize, plain.reqs[0].embed_dtype, plain.reqs[0].endianness) == (None, "float32", "little")
+    out = BatchEmbeddingOutput.failure([req], ErrorKind.INTERNAL, "x")
+    out.normalize, out.embed_dtypes, out.endianness = [False], ["float16"], ["big"]
+    back_out = _roundtrip(out)
+    assert (back_out.normalize, back_out.embed_dtypes, back_out.endianness) == ([False], ["float16"], ["big"])
+    assert _roundtrip(BatchEmbeddingOutput.failure([req], ErrorKind.INTERNAL, "x")).normalize is None
+
+
+def test_request_split_keeps_the_per_request_options():
+    req = EmbeddingReqInput(
+        text=["a", "b", "c"], truncate=True, truncation_side="left", max_tokens=5, prompt="query: ", normalize=False
+    )
+    for part in req.split(2):
+        assert (part.truncate, part.truncation_side, part.max_tokens, part.prompt, part.normalize) == (
+            True,
+            "left",
+            5,
+            "query: ",
+            False,
+        )

@@ -14,9 +14,11 @@ ANY = make_model_info(is_matryoshka=True, matryoshka_dimensions=None, embedding_
 
 
 @pytest.mark.parametrize(
-    "info, dims", [(PLAIN, None), (LISTED, None), (LISTED, 16), (LISTED, 64), (ANY, 1), (ANY, 17), (ANY, 64)]
+    "info, dims",
+    [(PLAIN, None), (PLAIN, 64), (LISTED, None), (LISTED, 16), (LISTED, 64), (ANY, 1), (ANY, 17), (ANY, 64)],
 )
 def test_accepted(info, dims):
+    # The full width is accepted everywhere: tools that always send `dimensions` must not break.
     validate_dimensions(dims, info, "m")
 
 
@@ -39,6 +41,7 @@ def test_accepted(info, dims):
             "Model 'm' only supports matryoshka dimensions [16, 32, 64]; dimensions 20 would lead to poor results.",
         ),
         (ANY, True, "dimensions must be an integer, not True."),
+        (PLAIN, 0, "dimensions must be at least 1, got 0."),
     ],
 )
 def test_rejected_with_400(info, dims, message):

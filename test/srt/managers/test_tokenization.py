@@ -42,7 +42,7 @@ def test_empty_or_whitespace_text_is_400(hf_tokenizer, texts):
 
 def test_over_long_text_is_400_with_both_numbers(hf_tokenizer):
     e = _err(lambda: _tok(hf_tokenizer).tokenize(EmbeddingReqInput(text=["word " * 40])))
-    assert e.message == "The input (42 tokens) is longer than the model's context length (16 tokens)."
+    assert e.message == "The input at index 0 (42 tokens) is longer than the model's context length (16 tokens)."
 
 
 def test_auto_truncate_cuts_at_the_limit_keeping_sep(hf_tokenizer):
@@ -79,3 +79,53 @@ def test_lone_surrogate_text_is_400_not_a_tokenizer_crash(hf_tokenizer):
 def test_token_ids_beyond_int64_are_400(hf_tokenizer, ids):
     e = _err(lambda: _tok(hf_tokenizer).tokenize(EmbeddingReqInput(input_ids=[ids])))
     assert e.kind == ErrorKind.INVALID_REQUEST and "outside the vocabulary" in e.message
+
+
+# ----- per-request options (vLLM truncate_prompt_tokens, TEI truncate/truncation_direction, prompts) -----
+TEXT = "one two three four five six seven eight nine ten"
+
+
+def test_request_truncation_left_keeps_the_last_tokens_and_the_specials(hf_tokenizer):
+    full = hf_tokenizer(TEXT)["input_ids"]
+    req = EmbeddingReqInput(text=[TEXT], truncate=True, truncation_side="left", max_tokens=5)
+    ((ids, _),) = _tok(hf_tokenizer).tokenize(req)
+    assert ids.tolist() == [full[0], *full[-4:-1], full[-1]]  # [CLS] + the last 3 words + [SEP]
+
+
+def test_request_truncation_right_and_per_request_switch(hf_tokenizer):
+    full = hf_tokenizer(TEXT)["input_ids"]
+    ((ids, _),) = _tok(hf_tokenizer).tokenize(EmbeddingReqInput(text=[TEXT], truncate=True, max_tokens=5))
+    assert ids.tolist() == [*full[:4], full[-1]]
+    # truncate=False refuses even where the server would cut; the message names the index and count.
+    long = "word " * 40
+    e = _err(
+        lambda: _tok(hf_tokenizer, allow_auto_truncate=True).tokenize(
+            EmbeddingReqInput(text=["ok", long], truncate=False)
+        )
+    )
+    assert e.message == "The input at index 1 (42 tokens) is longer than the model's context length (16 tokens)."
+
+
+def test_token_id_inputs_truncate_on_the_requested_side(hf_tokenizer):
+    t = _tok(hf_tokenizer)
+    ((ids, _),) = t.tokenize(
+        EmbeddingReqInput(input_ids=[list(range(1, 11))], truncate=True, max_tokens=4, truncation_side="left")
+    )
+    assert ids.tolist() == [7, 8, 9, 10]
+    ((ids, _),) = t.tokenize(EmbeddingReqInput(input_ids=[list(range(1, 11))], truncate=True, max_tokens=4))
+    assert ids.tolist() == [1, 2, 3, 4]
+
+
+def test_max_tokens_without_truncation_is_a_400_naming_it(hf_tokenizer):
+    e = _err(lambda: _tok(hf_tokenizer).tokenize(EmbeddingReqInput(text=[TEXT], truncate=False, max_tokens=5)))
+    assert e.message == (
+        "The input at index 0 has 12 tokens, more than the request's max_tokens=5; allow truncation to cut it."
+    )
+
+
+def test_prompt_is_prefixed_and_special_tokens_can_be_left_out(hf_tokenizer):
+    t = _tok(hf_tokenizer)
+    ((ids, _),) = t.tokenize(EmbeddingReqInput(text=["hello world"], prompt="query: "))
+    assert ids.tolist() == hf_tokenizer("query: hello world")["input_ids"]
+    ((ids, _),) = t.tokenize(EmbeddingReqInput(text=["hello world"], add_special_tokens=False))
+    assert ids.tolist() == [7592, 2088]

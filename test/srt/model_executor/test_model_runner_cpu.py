@@ -57,3 +57,24 @@ def test_bfloat16_on_a_cpu_without_bf16_units_warns_once_and_auto_stays_float32(
     else:
         assert warned == []
     assert ModelRunner(ServerArgs(device="cpu", cpu_threads=1)).model_config.dtype == torch.float32  # auto
+@pytest.mark.slow
+def test_per_request_normalize_in_one_batch(corpus_ids):
+    """A request's `normalize: false` gets the raw pooled vector; its batch neighbours keep the
+    checkpoint's normalization (sentence-transformers' Normalize for all-MiniLM-L6-v2)."""
+    from sglang.srt.managers.io_struct import TokenizedEmbeddingReqInput
+
+    runner = ModelRunner(ServerArgs(device="cpu"))
+    ids = corpus_ids[:3]
+    flags = [None, False, True]
+    reqs = [TokenizedEmbeddingReqInput(f"r{i}", 0, x, normalize=f) for i, (x, f) in enumerate(zip(ids, flags))]
+    out = runner.run_requests(reqs)
+    default = runner.embed(ids)
+    np.testing.assert_allclose(out[[0, 2]], default[[0, 2]], atol=1e-6)
+    assert abs(float(np.linalg.norm(out[1])) - 1.0) > 1e-2  # raw mean pooling is not unit length
+    np.testing.assert_allclose(out[1] / np.linalg.norm(out[1]), default[1], atol=1e-6)
+    from transformers import AutoModel
+
+    model = AutoModel.from_pretrained(ServerArgs().model_path).eval()
+    with torch.no_grad():
+        hidden = model(input_ids=torch.from_numpy(ids[1].astype(np.int64))[None]).last_hidden_state
+    np.testing.assert_allclose(out[1], hidden[0].mean(0).numpy(), atol=1e-4)  # mean pooling, not normalized

@@ -17,6 +17,7 @@ from sglang.srt.configs.nomic_bert_config import (
     read_plain_config,
 )
 from sglang.srt.configs.output_config import OutputConfig, resolve_output
+from sglang.srt.configs.prompts import default_prompt, known_prompts
 from sglang.srt.configs.sentence_transformers import (
     SentenceTransformersInfo,
     read_sentence_transformers_info,
@@ -89,6 +90,10 @@ class ModelConfig:
     is_matryoshka: bool = False
     matryoshka_dimensions: Optional[list[int]] = None
     output: OutputConfig = field(default_factory=OutputConfig)  # dense / sparse / logits
+    # Named prompts (config_sentence_transformers.json plus the standard empty query/document)
+    # and the prefix requests naming none get (--default-prompt(-name) or the checkpoint's default).
+    prompts: tuple[tuple[str, str], ...] = ()
+    default_prompt: Optional[str] = None
 
     @property
     def embedding_dim(self) -> int:
@@ -139,6 +144,10 @@ class ModelConfig:
             is_encoder=is_encoder,
             output=output,
         )
+        config.prompts = known_prompts(st_info.prompts)
+        config.default_prompt = default_prompt(
+            config.prompts, st_info.default_prompt_name, args.default_prompt_name, args.default_prompt
+        )
         config.is_matryoshka, config.matryoshka_dimensions = matryoshka_settings(hf_config, config.embedding_dim)
         return config
 
@@ -160,8 +169,9 @@ def check_model(args: ServerArgs) -> ModelConfig:
 
 def matryoshka_settings(hf_config, width: int) -> tuple[bool, Optional[list[int]]]:
     """(is_matryoshka, allowed widths) from `matryoshka_dimensions` / `is_matryoshka` in the config
-    (config.json or --json-model-override-args). A list alone makes a model Matryoshka and limits
-    requests to its widths; `is_matryoshka: true` allows any width up to the embedding size."""
+    (config.json or --json-model-override-args). A list makes a model Matryoshka and limits
+    requests to its widths, also when `is_matryoshka` is true (SGLang's rule); `is_matryoshka: true`
+    without a list allows any width up to the embedding size."""
     flag = getattr(hf_config, "is_matryoshka", None)
     dims = getattr(hf_config, "matryoshka_dimensions", None)
     if flag is not None and not isinstance(flag, bool):
@@ -178,9 +188,7 @@ def matryoshka_settings(hf_config, width: int) -> tuple[bool, Optional[list[int]
                 f"embedding size {width}, not {dims!r}"
             )
         dims = sorted(set(dims))
-    if flag:
-        return True, None
-    return dims is not None, dims
+    return bool(flag) or dims is not None, dims
 
 
 def _context_length(requested: Optional[int], hf_config, st_info: SentenceTransformersInfo, spec) -> int:

@@ -66,6 +66,11 @@ class ModelInfo:
     colbert: Optional[ColbertConfig] = None
     multi_vector_dim: Optional[int] = None
     hidden_size: Optional[int] = None
+    # Prompts (configs/prompts.py): (name, prefix) pairs requests may name, the prefix of requests
+    # naming none, and whether pooling covers the prompt's tokens (sentence-transformers' include_prompt).
+    prompts: tuple[tuple[str, str], ...] = ()
+    default_prompt: Optional[str] = None
+    prompt_in_pooling: bool = True
 
     @property
     def is_classifier(self) -> bool:
@@ -81,6 +86,7 @@ class ModelInfo:
         if self.colbert is not None:
             colbert = dataclasses.asdict(self.colbert)
             out["colbert"] = {k: list(v) if isinstance(v, tuple) else v for k, v in colbert.items()}
+        out["prompts"] = dict(self.prompts)
         return out
 
 

@@ -39,6 +39,9 @@ class SentenceTransformersInfo:
     include_prompt: bool = True
     dense_layers: tuple = field(default_factory=tuple)
     splade: Optional[SpladePoolingSpec] = None
+    # config_sentence_transformers.json: named prompts (prefixes) and the one used by default.
+    prompts: tuple[tuple[str, str], ...] = ()
+    default_prompt_name: Optional[str] = None
 
     @property
     def declares_pooling(self) -> bool:
@@ -105,6 +108,7 @@ def read_sentence_transformers_info(model_dir: str) -> SentenceTransformersInfo:
                 pooling_strategy=str(cfg.get("pooling_strategy", "max")),
                 activation=str(cfg.get("activation_function", "relu")),
             )
+    prompts, default_prompt_name = _read_prompts(model_dir)
     st_cfg = _read_json(os.path.join(model_dir, "sentence_bert_config.json")) or {}
     max_len = st_cfg.get("max_seq_length")
     return SentenceTransformersInfo(
@@ -115,4 +119,15 @@ def read_sentence_transformers_info(model_dir: str) -> SentenceTransformersInfo:
         include_prompt=include_prompt,
         dense_layers=tuple(dense),
         splade=splade,
+        prompts=prompts,
+        default_prompt_name=default_prompt_name,
     )
+
+
+def _read_prompts(model_dir: str) -> tuple[tuple[tuple[str, str], ...], Optional[str]]:
+    """(name, prefix) pairs and default_prompt_name from config_sentence_transformers.json."""
+    cfg = _read_json(os.path.join(model_dir, "config_sentence_transformers.json")) or {}
+    raw = cfg.get("prompts") or {}
+    prompts = tuple((str(k), str(v)) for k, v in raw.items() if isinstance(raw, dict) and isinstance(v, str))
+    default = cfg.get("default_prompt_name")
+    return prompts, (str(default) if default else None)

@@ -34,21 +34,46 @@ from sglang.srt.utils.process import prepare_child_process
 logger = logging.getLogger(__name__)
 
 
-def shape_vector(vec: np.ndarray, dimensions: int | None) -> np.ndarray:
-    """Matryoshka: keep the first `dimensions` values and L2-normalize them again."""
+def shape_vector(vec: np.ndarray, dimensions: int | None, normalize: Optional[bool] = True) -> np.ndarray:
+    """Matryoshka: keep the first `dimensions` values, L2-normalized again when the vector was
+    (`normalize` False: the raw pooled values, cut)."""
     if dimensions is None or dimensions >= vec.shape[0]:
         return vec
     head = vec[:dimensions]
+    if normalize is False:
+        return head
     norm = float(np.linalg.norm(head))
     return head / norm if norm > 0 else head
 
 
-def render_vector(vec: np.ndarray, fmt: str) -> bytes:
-    vec = np.ascontiguousarray(vec, dtype="<f4")
+def to_bfloat16_bits(vec: np.ndarray) -> np.ndarray:
+    """float32 -> the uint16 bit patterns of bfloat16, rounded to nearest even (as torch converts)."""
+    bits = np.ascontiguousarray(vec, dtype=np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+    nan = np.isnan(vec)
+    out = rounded.astype(np.uint16)
+    if nan.any():
+        out[nan] = np.uint16(0x7FC0)
+    return out
+
+
+def vector_bytes(vec: np.ndarray, embed_dtype: str = "float32", endianness: str = "little") -> bytes:
+    """The vector's bytes as `embed_dtype` (float32, float16, bfloat16) in `endianness` order."""
+    order = "<" if endianness == "little" else ">"
+    if embed_dtype == "bfloat16":
+        return to_bfloat16_bits(vec).astype(order + "u2", copy=False).tobytes()
+    kind = "f2" if embed_dtype == "float16" else "f4"
+    return np.asarray(vec, dtype=np.float32).astype(order + kind).tobytes()
+
+
+def render_vector(vec: np.ndarray, fmt: str, embed_dtype: str = "float32", endianness: str = "little") -> bytes:
+    """JSON numbers (`float`, always float32 values), a base64 JSON string of `embed_dtype` values in
+    `endianness` order, or those bytes bare (FORMAT_RAW, in-process callers)."""
     if fmt == FORMAT_BASE64:
-        return b'"' + base64.b64encode(vec.tobytes()) + b'"'
+        return b'"' + base64.b64encode(vector_bytes(vec, embed_dtype, endianness)) + b'"'
     if fmt == FORMAT_RAW:
-        return vec.tobytes()
+        return vector_bytes(vec, embed_dtype, endianness)
+    vec = np.ascontiguousarray(vec, dtype="<f4")
     return orjson.dumps(vec, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
@@ -89,7 +114,11 @@ def render_output(
                 out.sparse_indices[lo:hi], out.sparse_values[lo:hi], out.encoding_formats[i], token_texts
             )
         elif code == 0:
-            payload = render_vector(shape_vector(out.embeddings[i], out.dimensions[i]), out.encoding_formats[i])
+            normalize = out.normalize[i] if out.normalize is not None else True
+            dtype = out.embed_dtypes[i] if out.embed_dtypes is not None else "float32"
+            order = out.endianness[i] if out.endianness is not None else "little"
+            vec = shape_vector(out.embeddings[i], out.dimensions[i], normalize)
+            payload = render_vector(vec, out.encoding_formats[i], dtype, order)
         else:
             payload = b""
         res.rids.append(rid)

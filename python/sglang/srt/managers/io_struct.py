@@ -28,6 +28,10 @@ FORMAT_SPARSE_DICT = "sparse_dict"  # JSON object {"<token id>": weight} (SGLang
 FORMAT_SPARSE_TEI = "sparse_tei"  # JSON [{"index": id, "value": w}] (TEI's /embed_sparse)
 FORMAT_SPARSE_TEI_TEXT = "sparse_tei_text"  # the same plus "text": the token's vocabulary string
 SPARSE_FORMATS = (FORMAT_SPARSE_DICT, FORMAT_SPARSE_TEI, FORMAT_SPARSE_TEI_TEXT)
+# base64 / raw payloads may carry another element type and byte order (vLLM's embed_dtype, endianness).
+EMBED_DTYPES = ("float32", "float16", "bfloat16")
+ENDIANNESS = ("little", "big")
+TRUNCATION_SIDES = ("left", "right")
 
 
 @dataclass
@@ -51,6 +55,18 @@ class EmbeddingReqInput:
     text_pairs: Optional[list[tuple[str, str]]] = None  # (query, document) pairs for cross-encoders
     # Per-token output (layers/token_outputs.py: "hidden", "query", "document"); None: pooled.
     token_output: Optional[str] = None
+    # Per-request tokenization (managers/tokenization.py): over-long inputs are cut when `truncate`
+    # (None: --allow-auto-truncate) on `truncation_side`, at `max_tokens` (None: the context length),
+    # else refused; `prompt` is prefixed to every text input (sentence-transformers' prompts).
+    truncate: Optional[bool] = None
+    truncation_side: str = "right"
+    max_tokens: Optional[int] = None
+    add_special_tokens: bool = True
+    prompt: Optional[str] = None
+    # Per-request output: L2-normalize (None: as the checkpoint says), base64 element type and byte order.
+    normalize: Optional[bool] = None
+    embed_dtype: str = "float32"
+    endianness: str = "little"
 
     @property
     def batch_size(self) -> int:
@@ -91,6 +107,11 @@ class TokenizedEmbeddingReqInput:
     # number of leading tokens that are keys (None: all of them).
     token_output: Optional[str] = None
     key_len: Optional[int] = None
+    # Output options: L2-normalize the vector (None: as the checkpoint says; the runner reads it),
+    # and the element type and byte order of base64 / raw payloads (the detokenizer reads them).
+    normalize: Optional[bool] = None
+    embed_dtype: str = "float32"
+    endianness: str = "little"
 
     @property
     def num_tokens(self) -> int:
@@ -153,6 +174,10 @@ class BatchEmbeddingOutput:
     token_offsets: Optional[np.ndarray] = None  # int64 [n + 1]
     token_value_offsets: Optional[np.ndarray] = None  # int64 [n + 1]
     token_outputs: Optional[list[Optional[str]]] = None  # per row: its per-token kind, or None
+    # Per row, the request's output options (TokenizedEmbeddingReqInput's); None: all defaults.
+    normalize: Optional[list[Optional[bool]]] = None
+    embed_dtypes: Optional[list[str]] = None
+    endianness: Optional[list[str]] = None
 
     @staticmethod
     def failure(

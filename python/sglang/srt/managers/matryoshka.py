@@ -12,16 +12,14 @@ from sglang.srt.errors import EmbeddingError, ErrorKind
 
 
 def validate_dimensions(dimensions: Optional[int], model_info: ModelInfo, model_name: str) -> None:
-    """Raise an INVALID_REQUEST EmbeddingError unless `dimensions` is None or a width this model can return."""
+    """Raise an INVALID_REQUEST EmbeddingError unless `dimensions` is None or a width this model can return.
+
+    The model's full width is always accepted (tools send it to every model); a declared
+    `matryoshka_dimensions` list is the only other widths allowed, even with `is_matryoshka: true`;
+    `is_matryoshka` without a list allows any width from 1 to the full one.
+    """
     if dimensions is None:
         return
-    if not model_info.is_matryoshka:
-        raise EmbeddingError(
-            ErrorKind.INVALID_REQUEST,
-            f"Model '{model_name}' does not support matryoshka representation, "
-            "changing output dimensions will lead to poor results.",
-            param="dimensions",
-        )
     if isinstance(dimensions, bool) or not isinstance(dimensions, int):
         raise EmbeddingError(
             ErrorKind.INVALID_REQUEST, f"dimensions must be an integer, not {dimensions!r}.", param="dimensions"
@@ -31,6 +29,15 @@ def validate_dimensions(dimensions: Optional[int], model_info: ModelInfo, model_
             ErrorKind.INVALID_REQUEST, f"dimensions must be at least 1, got {dimensions}.", param="dimensions"
         )
     width = model_info.embedding_dim
+    if dimensions == width:
+        return
+    if not model_info.is_matryoshka:
+        raise EmbeddingError(
+            ErrorKind.INVALID_REQUEST,
+            f"Model '{model_name}' does not support matryoshka representation, "
+            "changing output dimensions will lead to poor results.",
+            param="dimensions",
+        )
     if dimensions > width:
         raise EmbeddingError(
             ErrorKind.INVALID_REQUEST,

@@ -150,4 +150,7 @@ class Scheduler:
             token_offsets=out.token_offsets,
             token_value_offsets=out.token_value_offsets,
             token_outputs=[r.token_output for r in reqs] if out.token_offsets is not None else None,
+            normalize=[r.normalize for r in reqs],
+            embed_dtypes=[r.embed_dtype for r in reqs],
+            endianness=[r.endianness for r in reqs],
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Optional
 
 import numpy as np
@@ -15,13 +16,15 @@ from sglang.srt.utils.hf_tokenizer import load_tokenizer
 TokenizedItem = tuple[np.ndarray, Optional[np.ndarray]]  # (input_ids, token_type_ids)
 
 
-def too_long_message(n: int, limit: int) -> str:
-    return f"The input ({n} tokens) is longer than the model's context length ({limit} tokens)."
+def too_long_message(n: int, limit: int, index: Optional[int] = None) -> str:
+    where = "" if index is None else f" at index {index}"
+    return f"The input{where} ({n} tokens) is longer than the model's context length ({limit} tokens)."
 
 
 class InputTokenizer:
     def __init__(self, server_args: ServerArgs, model_info: ModelInfo, tokenizer=None) -> None:
         self.tokenizer = tokenizer or load_tokenizer(server_args.tokenizer_path, server_args.trust_remote_code)
+        self._left_tokenizer = None  # a copy cutting on the left, made when a request first asks for one
         self.context_length = model_info.max_input_length
         self.vocab_size = model_info.vocab_size
         self.do_lower_case = model_info.do_lower_case
@@ -33,9 +36,11 @@ class InputTokenizer:
         if req.batch_size == 0:
             raise EmbeddingError(ErrorKind.INVALID_REQUEST, "Input cannot be empty.", param="input")
         if req.text_pairs is not None:
-            items = self.tokenize_pairs(req.text_pairs)
+            items = self.tokenize_pairs(req.text_pairs, req)
+        elif req.text is not None:
+            items = self._from_text(req.text, req)
         else:
-            items = self._from_text(req.text) if req.text is not None else self._from_ids(req.input_ids)
+            items = self._from_ids(req.input_ids, req)
         for ids, _ in items:
             if len(ids) > self.max_num_tokens:
                 raise EmbeddingError(
@@ -46,12 +51,43 @@ class InputTokenizer:
                 )
         return items
 
-    def _limit(self, ids: list[int]) -> list[int]:
-        if len(ids) <= self.context_length:
+    # ----- the request's truncation settings -----
+    def _truncates(self, req: Optional[EmbeddingReqInput]) -> bool:
+        return self.truncate if req is None or req.truncate is None else req.truncate
+
+    def _max_length(self, req: Optional[EmbeddingReqInput]) -> int:
+        if req is None or req.max_tokens is None:
+            return self.context_length
+        return min(req.max_tokens, self.context_length)
+
+    def _tokenizer_for(self, req: Optional[EmbeddingReqInput]):
+        if req is None or req.truncation_side != "left":
+            return self.tokenizer
+        if self._left_tokenizer is None:
+            left = copy.deepcopy(self.tokenizer)
+            left.truncation_side = "left"
+            self._left_tokenizer = left
+        return self._left_tokenizer
+
+    def _limit(self, ids, req: Optional[EmbeddingReqInput] = None, index: Optional[int] = None):
+        """Ids within the request's limit: cut on its side when it truncates, else refused."""
+        limit = self._max_length(req)
+        if len(ids) <= limit:
             return ids
-        if self.truncate:
-            return ids[: self.context_length]
-        raise EmbeddingError(ErrorKind.INVALID_REQUEST, too_long_message(len(ids), self.context_length), param="input")
+        if self._truncates(req):
+            left = req is not None and req.truncation_side == "left"
+            return ids[len(ids) - limit :] if left else ids[:limit]
+        if limit < self.context_length:  # a request's own max_tokens (Cohere's truncate NONE)
+            where = "" if index is None else f" at index {index}"
+            raise EmbeddingError(
+                ErrorKind.INVALID_REQUEST,
+                f"The input{where} has {len(ids)} tokens, more than the request's max_tokens={limit}; "
+                "allow truncation to cut it.",
+                param="input",
+            )
+        raise EmbeddingError(
+            ErrorKind.INVALID_REQUEST, too_long_message(len(ids), self.context_length, index), param="input"
+        )
 
     def tokenize_truncated(self, texts: list[str], max_length: int) -> list[list[int]]:
         """Validated texts, tokenized and silently cut to `max_length` tokens (special tokens
@@ -83,21 +119,29 @@ class InputTokenizer:
                     param="input",
                 )
 
-    def _from_text(self, texts: list[str]) -> list[TokenizedItem]:
+    def _from_text(self, texts: list[str], req: Optional[EmbeddingReqInput] = None) -> list[TokenizedItem]:
         self._check_texts(texts)
+        prompt = req.prompt if req is not None else None
+        if prompt:  # sentence-transformers prepends the prompt to the text verbatim, then tokenizes
+            texts = [prompt + t for t in texts]
         if self.do_lower_case:
             texts = [t.lower() for t in texts]
-        enc = self.tokenizer(
+        truncate = self._truncates(req)
+        enc = self._tokenizer_for(req)(
             texts,
-            add_special_tokens=True,
-            truncation=self.truncate,
-            max_length=self.context_length if self.truncate else None,
+            add_special_tokens=req.add_special_tokens if req is not None else True,
+            truncation=truncate,
+            max_length=self._max_length(req) if truncate else None,
             return_attention_mask=False,
             return_token_type_ids=False,
         )
-        return [(np.asarray(self._limit(ids), dtype=np.int32), None) for ids in enc["input_ids"]]
+        index = (lambda i: i) if len(texts) > 1 else (lambda i: 0)
+        return [
+            (np.asarray(self._limit(ids, req, index(i)), dtype=np.int32), None)
+            for i, ids in enumerate(enc["input_ids"])
+        ]
 
-    def _from_ids(self, batches: list[list[int]]) -> list[TokenizedItem]:
+    def _from_ids(self, batches: list[list[int]], req: Optional[EmbeddingReqInput] = None) -> list[TokenizedItem]:
         out = []
         for i, ids in enumerate(batches):
             where = "" if len(batches) == 1 else f" at index {i}"
@@ -118,13 +162,16 @@ class InputTokenizer:
                     f"Token id {bad}{where} is outside the vocabulary [0, {self.vocab_size}).",
                     param="input",
                 )
-            out.append((self._limit(arr).astype(np.int32), None))
+            out.append((self._limit(arr, req, i).astype(np.int32), None))
         return out
 
-    def tokenize_pairs(self, pairs: list[tuple[str, str]]) -> list[TokenizedItem]:
+    def tokenize_pairs(
+        self, pairs: list[tuple[str, str]], req: Optional[EmbeddingReqInput] = None
+    ) -> list[TokenizedItem]:
         """(query, document) pairs for cross-encoders, joined as the model's tokenizer joins pairs
         ([CLS] q [SEP] d [SEP] with token types 0/1 for BERT; <s> q </s></s> d </s> for XLM-R).
-        With --allow-auto-truncate an over-long pair loses the end of its document."""
+        When the request truncates (--allow-auto-truncate, or its own `truncate`) an over-long pair
+        loses the end of its document (the start, with truncation_side left)."""
         for i, pair in enumerate(pairs):
             for part, name, param in zip(pair, ("query", "document"), ("query", "documents")):
                 where = f" at index {i}" if name == "document" and len(pairs) > 1 else ""
@@ -142,20 +189,22 @@ class InputTokenizer:
         if self.do_lower_case:
             queries, docs = [q.lower() for q in queries], [d.lower() for d in docs]
         kwargs = dict(add_special_tokens=True, return_attention_mask=False, return_token_type_ids=self.pair_token_types)
+        truncate = self._truncates(req)
+        tokenizer = self._tokenizer_for(req)
         try:
-            enc = self.tokenizer(
+            enc = tokenizer(
                 queries,
                 docs,
-                truncation="only_second" if self.truncate else False,
-                max_length=self.context_length if self.truncate else None,
+                truncation="only_second" if truncate else False,
+                max_length=self._max_length(req) if truncate else None,
                 **kwargs,
             )
         except Exception:  # the query alone is over the limit: _limit cuts (or refuses) below
-            enc = self.tokenizer(queries, docs, **kwargs)
+            enc = tokenizer(queries, docs, **kwargs)
         types = enc.get("token_type_ids") if self.pair_token_types else None
         out = []
         for i, ids in enumerate(enc["input_ids"]):
-            ids = self._limit(ids)
+            ids = self._limit(ids, req, i if len(pairs) > 1 else 0)
             tt = np.asarray(types[i][: len(ids)], dtype=np.int32) if types is not None else None
             out.append((np.asarray(ids, dtype=np.int32), tt))
         return out

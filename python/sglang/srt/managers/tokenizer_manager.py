@@ -171,6 +171,9 @@ class TokenizerManager:
                 arrival_time=now,
                 token_output=req.token_output,
                 key_len=key_lens[i] if key_lens else None,
+                normalize=self.model_info.normalize if req.normalize is None else req.normalize,
+                embed_dtype=req.embed_dtype,
+                endianness=req.endianness,
             )
             for i, (ids, types) in enumerate(tokenized)
         ]

@@ -26,6 +26,7 @@ class ForwardInput(Protocol):
     # and, for ColBERT query expansion, how many leading tokens are keys (None: all).
     token_output: Optional[str]
     key_len: Optional[int]
+    normalize: Optional[bool]  # L2-normalize this input's vector (None: as the checkpoint says)
 
     @property
     def num_tokens(self) -> int: ...

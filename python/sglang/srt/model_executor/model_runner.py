@@ -19,7 +19,7 @@ from sglang.srt.layers.quantization import CALIBRATION_TEXTS, check_quantization
 from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_executor.forward_io import ForwardInput, ForwardOutput
 from sglang.srt.model_executor.multimodal_batch import build_multimodal_batch, has_images, vision_info
-from sglang.srt.model_executor.output_head import OutputHead
+from sglang.srt.model_executor.output_head import OutputHead, normalize_rows
 from sglang.srt.model_loader.loader import load_model
 from sglang.srt.models import model_class
 from sglang.srt.server_args import ServerArgs
@@ -168,6 +168,9 @@ class ModelRunner:
             cpu_threads=torch.get_num_threads() if self.device.type == "cpu" else None,
             cpu_bf16_units=cpu_bf16_units() if self.device.type == "cpu" else None,
             vision=vision_info(mc),  # None, or what the tokenizer side needs for image inputs
+            prompts=mc.prompts,
+            default_prompt=mc.default_prompt,
+            prompt_in_pooling=mc.st_info.include_prompt,
             **mc.output.info(),  # embeddings_output (dense / sparse / logits / multi_vector), heads, labels
             multi_vector_dim=self.output_head.tokens.head.dim if self.output_head.tokens.head is not None else None,
             hidden_size=mc.hidden_size,
@@ -224,7 +227,9 @@ class ModelRunner:
         token_rows = [getattr(r, "token_output", None) for r in reqs]
         if any(r.is_sparse for r in reqs) or any(k is not None for k in token_rows):
             return self.run_with_heads(reqs, token_rows)
-        return self.embed([r.input_ids for r in reqs], [r.token_type_ids for r in reqs])
+        fb = self.build_batch([r.input_ids for r in reqs], [r.token_type_ids for r in reqs])
+        fb.normalize_rows = normalize_rows(reqs, self.model_config.normalize)
+        return self.forward(fb).to("cpu", torch.float32).numpy()
 
     @torch.inference_mode()
     def run_with_heads(self, reqs: Sequence[ForwardInput], token_rows: Sequence[Optional[str]]) -> ForwardOutput:
@@ -232,12 +237,14 @@ class ModelRunner:
         read the hidden states. ColBERT queries with expansion tokens limit their keys (key_len)."""
         key_lens = [getattr(r, "key_len", None) for r in reqs]
         fb = self.build_batch([r.input_ids for r in reqs], [r.token_type_ids for r in reqs], key_lens)
+        fb.normalize_rows = normalize_rows(reqs, self.model_config.normalize)
         return self.output_head.run(self.hidden_states(fb), fb, [r.is_sparse for r in reqs], token_rows)
 
     def run_multimodal(self, reqs: Sequence[ForwardInput]) -> np.ndarray:
         """A batch with images (Qwen2-VL): M-RoPE positions keep it off the CUDA graphs."""
         fb = build_multimodal_batch(reqs, self.device, self.model.image_token_id, self.model_config.dtype)
         fb.attn_backend = self.attn_backend
+        fb.normalize_rows = normalize_rows(reqs, self.model_config.normalize)
         return self.forward(fb).to("cpu", torch.float32).numpy()
 
     def embed(

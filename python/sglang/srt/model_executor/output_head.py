@@ -32,22 +32,35 @@ from sglang.srt.server_args import ServerArgs
 
 
 class PooledEmbeddingHead(nn.Module):
-    """Pool (float32) -> sentence-transformers Dense modules -> normalize: SentenceTransformer.encode's order."""
+    """Pool (float32) -> sentence-transformers Dense modules -> normalize: SentenceTransformer.encode's order.
+
+    Normalization follows the checkpoint unless the batch says per sequence (fb.normalize_rows:
+    a request's `normalize`).
+    """
 
     def __init__(self, model_config: ModelConfig) -> None:
         super().__init__()
         dense = model_config.st_info.dense_layers
         self.normalize = model_config.normalize
-        # Without Dense modules the pooler normalizes itself; with them, normalization comes last.
-        self.pooler = Pooler(model_config.pooling, self.normalize and not dense)
+        self.pooler = Pooler(model_config.pooling, normalize=False)
         self.dense = STDenseStack(dense) if dense else None
 
     def forward(self, hidden: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
         x = self.pooler(hidden, fb)
-        if self.dense is None:
-            return x
-        x = self.dense(x)
-        return F.normalize(x, p=2, dim=-1) if self.normalize else x
+        if self.dense is not None:
+            x = self.dense(x)
+        rows = fb.normalize_rows
+        if rows is None:
+            return F.normalize(x, p=2, dim=-1) if self.normalize else x
+        return torch.where(rows.to(x.device).unsqueeze(1), F.normalize(x, p=2, dim=-1), x)
+
+
+def normalize_rows(reqs: Sequence, default: bool) -> Optional[torch.Tensor]:
+    """The batch's per-sequence normalize flags, or None when every input wants the checkpoint's."""
+    flags = [default if getattr(r, "normalize", None) is None else bool(r.normalize) for r in reqs]
+    if all(f == default for f in flags):
+        return None
+    return torch.tensor(flags, dtype=torch.bool)
 
 
 def special_token_ids(server_args: ServerArgs) -> list[int]:

@@ -1,7 +1,7 @@
 """The one shape of every inference route: validate -> convert -> run -> render.
 
 `handle` runs the steps in that order; a route says what its request must satisfy (`validate`,
-by default that `model`, when given, names the served model), how it becomes an EmbeddingReqInput
+by default the `model` check of check_model_name), how it becomes an EmbeddingReqInput
 (`convert`), and how the tokenizer manager's result becomes the response body (`render`). Between
 convert and run, every route refuses more inputs than one request may carry.
 """
@@ -45,8 +45,12 @@ class OpenAIServingBase(Generic[RequestT]):
 
     # ----- checks the routes share -----
     def check_model_name(self, requested: Optional[str]) -> None:
-        """A `model` other than the served one is OpenAI's 404 model_not_found (omitted is fine)."""
-        if requested is not None and requested != self.served_model_name:
+        """Any `model` is served, as SGLang and TEI do; with --strict-model-name one that is none of
+        the served names (--served-model-name and its aliases) is OpenAI's 404 model_not_found."""
+        args = self.tm.server_args
+        if requested is None or not args.strict_model_name:
+            return
+        if requested not in args.served_model_names:
             raise EmbeddingError(
                 ErrorKind.MODEL_NOT_FOUND,
                 f"The model `{requested}` does not exist.",
