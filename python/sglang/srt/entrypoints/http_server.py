@@ -19,9 +19,11 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sglang.srt.configs.model_info import ModelInfo
+from sglang.srt.entrypoints.compat_routes import add_compat_routes, model_card
+from sglang.srt.entrypoints.error_styles import ErrorStyles
 from sglang.srt.entrypoints.http_errors import HTTP_STATUS, HttpError
 from sglang.srt.entrypoints.middleware import ServerLifecycle, install_middleware, request_state
-from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest, ErrorResponse, ModelCard, ModelList
+from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest, ErrorResponse, ModelList
 from sglang.srt.entrypoints.openai.serving_classify import OpenAIServingClassify
 from sglang.srt.entrypoints.openai.serving_embed_all import ServingEmbedAll
 from sglang.srt.entrypoints.openai.serving_embedding import OpenAIServingEmbedding
@@ -36,6 +38,7 @@ from sglang.srt.entrypoints.openai.task_protocol import (
     SparseEmbedRequest,
     SparseValue,
 )
+from sglang.srt.entrypoints.tei.routes import add_tei_routes
 from sglang.srt.entrypoints.uvicorn_server import on_loop
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.tokenizer_manager import TokenizerManager
@@ -54,9 +57,11 @@ def json_response(body: bytes | dict, status: int = 200, headers: Optional[dict]
     return Response(content=content, status_code=status, media_type="application/json", headers=headers)
 
 
-def error_response(err: EmbeddingError | HttpError) -> Response:
-    http = err if isinstance(err, HttpError) else HttpError.of(err)
-    return json_response(http.body(), http.status, http.headers or None)
+def error_response(err: EmbeddingError | HttpError, styles: Optional[ErrorStyles] = None, path: str = "") -> Response:
+    """`err` in the error shape of the route at `path` (OpenAI's unless a peer's route registered its own)."""
+    render = (styles or ErrorStyles()).for_path(path)
+    status, body, headers = render(err)
+    return json_response(body, status, headers or None)
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[str, Optional[str]]:
@@ -142,11 +147,12 @@ def create_app(
     created = int(time.time())
     metrics = app.state.metrics = ServerMetrics()
     app.state.lifecycle = ServerLifecycle()
+    styles = app.state.error_styles = ErrorStyles()  # peers' routes answer errors in their own shape
     install_middleware(app, server_args, metrics, app.state.lifecycle)
 
     @app.exception_handler(EmbeddingError)
-    async def _embedding_error(_: Request, exc: EmbeddingError):
-        return error_response(exc)
+    async def _embedding_error(request: Request, exc: EmbeddingError):
+        return error_response(exc, styles, request.url.path)
 
     @app.exception_handler(ClientDisconnected)
     async def _client_gone(_: Request, exc: ClientDisconnected):
@@ -154,13 +160,14 @@ def create_app(
         return Response(status_code=499)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation_error(_: Request, exc: RequestValidationError):
+    async def _validation_error(request: Request, exc: RequestValidationError):
         message, param = _validation_message(exc)
-        return error_response(EmbeddingError(ErrorKind.INVALID_REQUEST, message, param=param))
+        return error_response(EmbeddingError(ErrorKind.INVALID_REQUEST, message, param=param), styles, request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_: Request, exc: StarletteHTTPException):
-        return error_response(HttpError(exc.status_code, str(exc.detail)))  # unknown route, wrong method
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        # unknown route, wrong method
+        return error_response(HttpError(exc.status_code, str(exc.detail)), styles, request.url.path)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception):
@@ -180,13 +187,8 @@ def create_app(
 
     @app.get("/v1/models", response_model=ModelList)
     async def models():
-        card = ModelCard(
-            id=server_args.served_model_name,
-            created=created,
-            root=server_args.model_path,
-            max_model_len=model_info.max_input_length,
-        )
-        return json_response(ModelList(data=[card]).model_dump())
+        cards = [model_card(server_args, model_info, n, created) for n in server_args.served_model_names]
+        return json_response(ModelList(data=cards).model_dump())
 
     @app.get("/model_info")
     @app.get("/get_model_info", include_in_schema=False)
@@ -249,6 +251,9 @@ def create_app(
     async def embed_all(request: EmbedAllRequest, raw: Request):
         return await serve_task(raw, lambda rid: app.state.embed_all.handle(request, rid))
 
+    # ----- the peers' routes (docs/migrating.md) -----
+    add_tei_routes(app, server_args, model_info, serve_task, json_response, app.version)
+    add_compat_routes(app, server_args, model_info, serve_task, json_response, created)
     return app
 
 

@@ -36,7 +36,10 @@ Send = Callable[[dict], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 EMBEDDINGS_ROUTE = "/v1/embeddings"
-INFERENCE_ROUTES = frozenset({EMBEDDINGS_ROUTE, "/v1/classify", "/v1/rerank", "/embed_sparse"})
+INFERENCE_ROUTES = frozenset(
+    {EMBEDDINGS_ROUTE, "/v1/classify", "/v1/rerank", "/embed_sparse"}
+    | {"/embeddings", "/embed", "/rerank", "/predict", "/pooling", "/v2/embed"}  # peers' routes (docs/migrating.md)
+)
 UNMATCHED_ROUTE = "unmatched"  # metric label for paths no route serves (keeps label values bounded)
 _REQUEST_ID_RE = re.compile(r"^[\x21-\x7e]{1,128}$")  # printable ASCII, no spaces, at most 128
 _DIGITS_RE = re.compile(r"^[0-9]{1,20}$")
@@ -226,7 +229,8 @@ class BodyLimits:
     def too_large(self) -> EmbeddingError:
         return EmbeddingError(
             ErrorKind.TOO_LARGE,
-            f"The request body is larger than the server's limit of {self.max_bytes} bytes (--max-payload-bytes).",
+            f"Payload Too Large: the request body is larger than the server's limit of {self.max_bytes} bytes "
+            "(--max-payload-bytes).",
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -28,17 +28,22 @@ EmbeddingInputField = Union[
 
 
 class EmbeddingRequest(BaseModel):
-    # Unknown fields are ignored, as OpenAI's API does.
-    model_config = ConfigDict(extra="ignore")
+    # Unknown fields are kept so that those which would change the output can be refused by name
+    # (entrypoints/embed_options.UNSUPPORTED_FIELDS); the others are ignored, as OpenAI's API does.
+    model_config = ConfigDict(extra="allow")
 
     input: EmbeddingInputField = Field(
         ...,
         description="A string, a list of strings, a list of token ids, a list of token-id lists, "
         'or a list of {"text", "image"} objects (one embedding each).',
     )
-    model: Optional[str] = Field(None, description="Must name the served model when given.")
-    encoding_format: Literal["float", "base64"] = Field(
-        "float", description="`float`: JSON numbers. `base64`: little-endian float32 bytes, base64-encoded."
+    model: Optional[str] = Field(
+        None, description="Any name is served (the response names the served model); see --strict-model-name."
+    )
+    encoding_format: StrictStr = Field(
+        "float",
+        description="`float`: JSON numbers. `base64`: the vector's bytes (little-endian float32 unless "
+        "`embed_dtype` / `endianness` say otherwise), base64-encoded.",
     )
     dimensions: Optional[StrictInt] = Field(None, description="Matryoshka output width (models that support it).")
     user: Optional[str] = Field(None, description="Accepted and ignored.")
@@ -50,6 +55,47 @@ class EmbeddingRequest(BaseModel):
     input_type: Optional[StrictStr] = Field(
         None, description="Multi-vector inputs: `query` or `document` (default), which picks ColBERT's marker."
     )
+    # vLLM
+    truncate_prompt_tokens: Optional[StrictInt] = Field(
+        None, description="vLLM: k > 0 keeps the last k tokens of each input, -1 cuts at the model's context length."
+    )
+    truncation_side: Optional[StrictStr] = Field(
+        None, description="vLLM: `left` (default with truncate_prompt_tokens) or `right`."
+    )
+    normalize: Optional[StrictBool] = Field(
+        None, description="false: the raw pooled vector (default: as the checkpoint's sentence-transformers files say)."
+    )
+    embed_dtype: Optional[StrictStr] = Field(
+        None, description="vLLM: element type of base64 vectors: float32 (default), float16, bfloat16."
+    )
+    endianness: Optional[StrictStr] = Field(
+        None, description="vLLM: byte order of base64 vectors: native (default, little on x86/ARM), little, big."
+    )
+    add_special_tokens: StrictBool = Field(
+        True, description="vLLM / TensorRT-LLM: false tokenizes without [CLS]/BOS/EOS."
+    )
+    # TEI
+    truncate: Optional[StrictBool] = Field(
+        None, description="TEI: cut over-long inputs (default: the server's --allow-auto-truncate)."
+    )
+    truncation_direction: Optional[StrictStr] = Field(None, description="TEI: `right` (default) or `left`.")
+    # prompts (sentence-transformers, TEI)
+    prompt_name: Optional[StrictStr] = Field(
+        None, description="A prompt of the model's config_sentence_transformers.json."
+    )
+    prompt: Optional[StrictStr] = Field(None, description="A raw prefix for every text input (wins over prompt_name).")
+    instruction: Optional[StrictStr] = Field(None, description="The same as `prompt`.")
+    # quantized outputs (Cohere)
+    embedding_types: Optional[list[StrictStr]] = Field(
+        None,
+        description="float, int8, uint8, binary, ubinary, base64: each item then carries `embeddings` "
+        "{type: value} instead of `embedding` (docs/quantized_outputs.md).",
+    )
+    # infinity
+    modality: Optional[StrictStr] = Field(
+        None, description="infinity: `text` (default) or `image` (inputs are image URLs)."
+    )
+    priority: Optional[StrictInt] = Field(None, description="Accepted and ignored (requests run in arrival order).")
 
     @field_validator("input", mode="before")
     @classmethod
@@ -74,7 +120,10 @@ class EmbeddingRequest(BaseModel):
 class EmbeddingObject(BaseModel):
     object: Literal["embedding"] = "embedding"
     index: int
-    embedding: Union[list[float], str]
+    embedding: Optional[Union[list[float], str, dict[str, float]]] = None
+    embeddings: Optional[dict[str, Union[list[float], list[int], str]]] = Field(
+        None, description="With `embedding_types`: one value per requested type."
+    )
 
 
 class UsageInfo(BaseModel):

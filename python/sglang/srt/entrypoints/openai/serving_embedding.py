@@ -1,20 +1,35 @@
-"""POST /v1/embeddings: OpenAI's embeddings route on the serving base (validate -> convert -> run -> render)."""
+"""POST /v1/embeddings: OpenAI's embeddings route on the serving base (validate -> convert -> run -> render).
+
+Besides OpenAI's fields it takes the options users of vLLM, TEI and infinity send
+(entrypoints/embed_options.py) and Cohere-style `embedding_types` (entrypoints/embedding_types.py).
+"""
 
 from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
 import orjson
 
 from sglang.srt.configs.model_info import ModelInfo, OutputKind
+from sglang.srt.entrypoints.embed_options import (
+    check_choice,
+    check_encoding_format,
+    refuse_unsupported,
+    set_output,
+    set_prompt,
+    set_truncation_tei,
+    set_truncation_vllm,
+)
+from sglang.srt.entrypoints.embedding_types import by_type, check_embedding_types
 from sglang.srt.entrypoints.inputs import normalize_input
 from sglang.srt.entrypoints.openai.multi_vector import multi_vector_output
 from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest
 from sglang.srt.entrypoints.openai.serving_base import OpenAIServingBase
 from sglang.srt.errors import EmbeddingError, ErrorKind
-from sglang.srt.managers.io_struct import FORMAT_BASE64, FORMAT_SPARSE_DICT, EmbeddingReqInput
+from sglang.srt.managers.io_struct import FORMAT_BASE64, FORMAT_RAW, FORMAT_SPARSE_DICT, EmbeddingReqInput
 from sglang.srt.managers.matryoshka import validate_dimensions
-from sglang.srt.managers.tokenizer_manager import EmbeddingResult
+from sglang.srt.managers.tokenizer_manager import EmbeddingResult, payload_to_array
 
 
 def sparse_embeddings_format(model_info: ModelInfo, requested: str) -> Optional[str]:
@@ -41,6 +56,22 @@ def render_response(result: EmbeddingResult, model: str) -> bytes:
         % (i, payload, b',"token_ids":' + tid if tid is not None else b"")
         for i, (payload, tid) in enumerate(zip(result.payloads, ids))
     )
+    return _envelope(items, result, model)
+
+
+def render_by_type(result: EmbeddingResult, model: str, types: list[str]) -> bytes:
+    """`embedding_types`: each item carries `embeddings` {type: value} (entrypoints/embedding_types.py)."""
+    vectors = np.stack([payload_to_array(p) for p in result.payloads])
+    values = by_type(vectors, types)
+    items = b",".join(
+        b'{"object":"embedding","index":%d,"embeddings":%s}'
+        % (i, orjson.dumps({t: values[t][i] for t in types}, option=orjson.OPT_SERIALIZE_NUMPY))
+        for i in range(len(result.payloads))
+    )
+    return _envelope(items, result, model)
+
+
+def _envelope(items: bytes, result: EmbeddingResult, model: str) -> bytes:
     tokens = sum(result.prompt_tokens)
     return (
         b'{"object":"list","data":['
@@ -51,22 +82,62 @@ def render_response(result: EmbeddingResult, model: str) -> bytes:
     )
 
 
+def check_embedding_request(request: EmbeddingRequest, model_info: ModelInfo, model_name: str) -> None:
+    """Every check of an OpenAI-style embeddings body that needs no tokenizing."""
+    refuse_unsupported(request.model_extra or {})
+    check_encoding_format(request.encoding_format)
+    check_choice(request.modality, ("text", "image"), "modality")
+    validate_dimensions(request.dimensions, model_info, model_name)
+    types = check_embedding_types(request.embedding_types)
+    if types is not None and model_info.embeddings_output is not OutputKind.DENSE:
+        raise EmbeddingError(
+            ErrorKind.INVALID_REQUEST, "embedding_types needs a dense embedding model.", param="embedding_types"
+        )
+
+
+def embedding_request_input(request: EmbeddingRequest, model_info: ModelInfo, served: str) -> EmbeddingReqInput:
+    """An OpenAI-style embeddings body (with vLLM's, TEI's and infinity's extras) as one request."""
+    prompt = request.input
+    if request.modality == "image":  # infinity: the inputs are image URLs / data URIs
+        urls = [prompt] if isinstance(prompt, str) else prompt
+        if not urls or not all(isinstance(u, str) for u in urls):
+            raise EmbeddingError(
+                ErrorKind.INVALID_REQUEST, "With modality 'image', input is a URL or a list of URLs.", param="input"
+            )
+        prompt = [{"image": u} for u in urls]
+    req, _ = normalize_input(prompt, dimensions=request.dimensions, encoding_format=request.encoding_format)
+    set_truncation_tei(req, request.truncate, request.truncation_direction)
+    set_truncation_vllm(
+        req,
+        request.truncate_prompt_tokens,
+        request.truncation_side,
+        model_info.max_input_length,
+        "truncate_prompt_tokens",
+    )
+    set_output(req, request.normalize, request.embed_dtype, request.endianness)
+    req.add_special_tokens = request.add_special_tokens
+    set_prompt(req, model_info, request.prompt_name, request.prompt, request.instruction)
+    if request.embedding_types is not None:  # quantized on the HTTP side, from float32 vectors
+        req.encoding_format, req.embed_dtype, req.endianness = FORMAT_RAW, "float32", "little"
+    req.token_output = multi_vector_output(
+        model_info, served, request.multi_vector, request.input_type, request.dimensions
+    )
+    if req.token_output is None:
+        req.encoding_format = sparse_embeddings_format(model_info, req.encoding_format) or req.encoding_format
+    return req
+
+
 class OpenAIServingEmbedding(OpenAIServingBase[EmbeddingRequest]):
     endpoint = "/v1/embeddings"
 
     def validate(self, request: EmbeddingRequest) -> None:
         super().validate(request)
-        validate_dimensions(request.dimensions, self.tm.model_info, self.served_model_name)
+        check_embedding_request(request, self.tm.model_info, self.served_model_name)
 
     def convert(self, request: EmbeddingRequest) -> EmbeddingReqInput:
-        req, _ = normalize_input(request.input, dimensions=request.dimensions, encoding_format=request.encoding_format)
-        info = self.tm.model_info
-        req.token_output = multi_vector_output(
-            info, self.served_model_name, request.multi_vector, request.input_type, request.dimensions
-        )
-        if req.token_output is None:
-            req.encoding_format = sparse_embeddings_format(info, req.encoding_format) or req.encoding_format
-        return req
+        return embedding_request_input(request, self.tm.model_info, self.served_model_name)
 
     def render(self, request: EmbeddingRequest, result: EmbeddingResult, rid: Optional[str]) -> bytes:
+        if request.embedding_types is not None:
+            return render_by_type(result, self.served_model_name, check_embedding_types(request.embedding_types))
         return render_response(result, self.served_model_name)

@@ -1,0 +1,1 @@
+"""vLLM's extra routes: /pooling, /tokenize (its `prompt` form), /detokenize."""
