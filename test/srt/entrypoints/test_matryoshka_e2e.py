@@ -21,17 +21,28 @@ from test.helpers.tiny_models import build_tiny_qwen3
 
 pytestmark = pytest.mark.slow
 WIDTH = 48
-LONG_TEXT = " ".join(["the cat and the dog by the river"] * 6)
+LONG_TEXT = " ".join(["the cat and the dog by the river"] * 20)
+
+
+# Qwen3-Embedding's config_sentence_transformers.json prompts (no space after "Query:").
+QWEN3_PROMPTS = {
+    "query": "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:",
+    "document": "",
+}
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> str:
-    return build_tiny_qwen3(str(tmp_path_factory.mktemp("qwen3")))
+    d = build_tiny_qwen3(str(tmp_path_factory.mktemp("qwen3")))
+    with open(os.path.join(d, "config_sentence_transformers.json"), "w") as f:
+        json.dump({"prompts": QWEN3_PROMPTS, "default_prompt_name": None}, f)
+    return d
 
 
 @pytest.fixture(scope="module")
 def mrl_server(model_dir):
-    overrides = json.dumps({"matryoshka_dimensions": [8, 16, 32]})
+    # As SGLang's example, the list names a width above the model's (96 > 48; theirs 1536 > 1024).
+    overrides = json.dumps({"matryoshka_dimensions": [8, 16, 32, 96]})
     with ServerProcess(
         "--model-path",
         model_dir,
@@ -41,7 +52,7 @@ def mrl_server(model_dir):
         "--json-model-override-args",
         overrides,
         "--context-length",
-        "64",
+        "160",
     ) as s:
         yield s
 
@@ -104,7 +115,7 @@ def test_dimensions_cut_and_renormalize(mrl_server, fmt):
         (49, "dimensions 49 is greater than the model's embedding size 48."),
         (
             12,
-            "Model 'tiny-qwen3' only supports matryoshka dimensions [8, 16, 32]; "
+            "Model 'tiny-qwen3' only supports matryoshka dimensions [8, 16, 32, 96]; "
             "dimensions 12 would lead to poor results.",
         ),
     ],
@@ -120,6 +131,30 @@ def test_bad_dimensions_are_400(mrl_server, dims, message):
     }
 
 
+def test_sglang_matryoshka_example_shape(mrl_server):
+    """SGLang's documented Matryoshka request (its width scaled to the tiny model), any `model` name."""
+    payload = {"model": "Qwen/Qwen3-Embedding-0.6B", "input": "Explain diffusion models simply.", "dimensions": 16}
+    response = _post(mrl_server, payload).json()
+    assert len(response["data"][0]["embedding"]) == 16 and response["model"] == "tiny-qwen3"
+    assert _post(mrl_server, {"input": "x", "dimensions": 48}).status_code == 200  # the full width
+    assert _post(mrl_server, {"input": "x", "dimensions": 96}).status_code == 400  # listed, but too wide
+
+
+def test_qwen3_query_instruction(mrl_server, model_dir):
+    """prompt_name="query" prefixes Qwen3-Embedding's instruction, as sentence-transformers'
+    encode(..., prompt_name="query") does: the same vector as the prefixed text, tokens counted."""
+    from transformers import AutoTokenizer
+
+    r = _post(mrl_server, {"input": MIXED_TEXTS[:3], "prompt_name": "query"})
+    prefixed = [QWEN3_PROMPTS["query"] + t for t in MIXED_TEXTS[:3]]
+    ref = hf_decoder_embeddings(model_dir, prefixed)
+    assert np.abs(_vectors(r) - ref).max() <= 1e-4
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    assert r.json()["usage"]["prompt_tokens"] == sum(len(tok(t)["input_ids"]) for t in prefixed)
+    documents = _vectors(_post(mrl_server, {"input": MIXED_TEXTS[:3], "prompt_name": "document"}))
+    assert np.abs(documents - _vectors(_post(mrl_server, {"input": MIXED_TEXTS[:3]}))).max() == 0
+
+
 def test_over_long_input_is_400(mrl_server, model_dir):
     from transformers import AutoTokenizer
 
@@ -127,14 +162,14 @@ def test_over_long_input_is_400(mrl_server, model_dir):
     r = _post(mrl_server, {"input": LONG_TEXT})
     assert r.status_code == 400
     assert r.json()["error"]["message"] == (
-        f"The input at index 0 ({n} tokens) is longer than the model's context length (64 tokens)."
+        f"The input at index 0 ({n} tokens) is longer than the model's context length (160 tokens)."
     )
 
 
 def test_model_info_reports_matryoshka(mrl_server):
     info = requests.get(mrl_server.base_url + "/model_info", timeout=10).json()
-    assert info["is_matryoshka"] is True and info["matryoshka_dimensions"] == [8, 16, 32]
-    assert info["embedding_dim"] == WIDTH and info["max_input_length"] == 64
+    assert info["is_matryoshka"] is True and info["matryoshka_dimensions"] == [8, 16, 32, 96]
+    assert info["embedding_dim"] == WIDTH and info["max_input_length"] == 160
     assert info["architecture"] == "Qwen3ForCausalLM" and info["pooling"] == "lasttoken"
 
 

@@ -221,3 +221,22 @@ def test_model_info_reports_image_inputs(server):
     info = requests.get(server.base_url + "/model_info", timeout=10).json()
     assert info["architecture"] == "Qwen2VLForConditionalGeneration" and info["vision"]["spatial_merge_size"] == 2
     assert os.path.isdir(info["vision"]["model_dir"])
+
+
+def test_sglang_gme_example_as_written(default_server, gme_dir, media, images):
+    """SGLang's documented GME request, verbatim but for the image URL (no internet here): its
+    `model` is the chat-template name, which this server (served as its path) serves anyway."""
+    payload = {
+        "model": "gme-qwen2-vl",
+        "input": [
+            {"text": "Represent this image in embedding space."},
+            {"image": images.url("/wide.png")},
+        ],
+    }
+    response = requests.post(default_server.base_url + "/v1/embeddings", json=payload, timeout=60).json()
+    embeddings = [x.get("embedding") for x in response.get("data", [])]
+    assert len(embeddings) == 2 and all(len(e) == 64 for e in embeddings)
+    assert response["model"] == gme_dir.rstrip("/")
+    hf = load_hf_gme(gme_dir)
+    ref, _ = hf_gme_embedding(gme_dir, hf, None, media["wide"])
+    assert np.linalg.norm(np.asarray(embeddings[1]) - ref) / np.linalg.norm(ref) <= 1e-4

@@ -180,12 +180,15 @@ def matryoshka_settings(hf_config, width: int) -> tuple[bool, Optional[list[int]
         valid = (
             isinstance(dims, (list, tuple))
             and len(dims) > 0
-            and all(isinstance(d, int) and not isinstance(d, bool) and 0 < d <= width for d in dims)
+            and all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims)
         )
         if not valid:
-            raise ConfigError(
-                f"matryoshka_dimensions must be a non-empty list of integers from 1 to the model's "
-                f"embedding size {width}, not {dims!r}"
+            raise ConfigError(f"matryoshka_dimensions must be a non-empty list of positive integers, not {dims!r}")
+        if max(dims) > width:  # SGLang's own documented example lists 1536 for a 1024-wide model
+            logger.warning(
+                "matryoshka_dimensions %s lists widths above the model's embedding size %d; requests for them get 400",
+                dims,
+                width,
             )
         dims = sorted(set(dims))
     return bool(flag) or dims is not None, dims
