@@ -276,3 +276,35 @@ def test_openapi_describes_every_route(server):
         assert method in spec["paths"].get(path, {}), path
     assert "oneOf" in json.dumps(spec["paths"]["/tokenize"]["post"]["requestBody"])
     assert {"TokenizeRequest", "VllmTokenizeRequest", "SimpleToken"} <= set(spec["components"]["schemas"])
+
+
+# ----- client libraries: the snippets of README's "Clients" section, as written there -----
+def test_langchain_openai_snippet(server, st):
+    from langchain_openai import OpenAIEmbeddings
+
+    embeddings = OpenAIEmbeddings(
+        model=NAME,
+        base_url=server.base_url + "/v1",
+        api_key="unused",
+        check_embedding_ctx_length=False,  # send the texts, not tiktoken ids
+    )
+    vectors = embeddings.embed_documents(TEXTS)
+    np.testing.assert_allclose(_floats(vectors), st.encode(TEXTS), atol=1e-5)
+    np.testing.assert_allclose(_floats(embeddings.embed_query(TEXTS[0])), st.encode(TEXTS[:1])[0], atol=1e-5)
+
+
+def test_llama_index_snippet(server, st):
+    from llama_index.embeddings.openai_like import OpenAILikeEmbedding
+
+    embed_model = OpenAILikeEmbedding(model_name=NAME, api_base=server.base_url + "/v1", api_key="unused")
+    np.testing.assert_allclose(_floats(embed_model.get_text_embedding(TEXTS[0])), st.encode(TEXTS[:1])[0], atol=1e-5)
+
+
+def test_litellm_snippet(server, st, monkeypatch):
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch of litellm's price list at import
+    import litellm
+
+    response = litellm.embedding(
+        model=f"openai/{NAME}", input=TEXTS[:2], api_base=server.base_url + "/v1", api_key="unused"
+    )
+    np.testing.assert_allclose(_floats([d["embedding"] for d in response.data]), st.encode(TEXTS[:2]), atol=1e-5)
