@@ -201,3 +201,35 @@ def test_engine_encode_returns_sparse_dicts_for_splade(tmp_path):
         emb = item["embedding"]
         assert sorted(emb) == np.flatnonzero(expected).tolist() and all(isinstance(k, int) for k in emb)
         np.testing.assert_allclose([emb[k] for k in sorted(emb)], expected[sorted(emb)], rtol=1e-4, atol=1e-5)
+
+
+# ----- TEI's /rerank and /predict on the same checkpoints -----
+def test_tei_rerank_shape_and_scores(cross_encoder):
+    ref = _hf_logits(cross_encoder.model_dir, [QUERY] * len(DOCS), DOCS)[:, 0]
+    r = _post(cross_encoder, "/rerank", {"query": QUERY, "texts": DOCS, "return_text": True})
+    assert r.status_code == 200, r.text
+    ranks = r.json()
+    assert [x["index"] for x in ranks] == list(np.argsort(-ref, kind="stable"))
+    np.testing.assert_allclose([x["score"] for x in ranks], 1 / (1 + np.exp(-np.sort(ref)[::-1])), atol=1e-5)
+    assert all(x["text"] == DOCS[x["index"]] for x in ranks)
+    raw = _post(cross_encoder, "/rerank", {"query": QUERY, "texts": DOCS, "raw_scores": True}).json()
+    assert "text" not in raw[0] and abs(raw[0]["score"] - ref.max()) < 1e-4
+    empty = _post(cross_encoder, "/rerank", {"query": QUERY, "texts": []})
+    assert empty.status_code == 400 and empty.json() == {"error": "`texts` cannot be empty", "error_type": "Empty"}
+
+
+def test_tei_predict_single_pair_and_batch(classifier):
+    texts = ["the cat", "three blue books"]
+    ref = _hf_logits(classifier.model_dir, texts)
+    probs = np.exp(ref) / np.exp(ref).sum(1, keepdims=True)
+    single = _post(classifier, "/predict", {"inputs": texts[0]}).json()
+    assert [p["label"] for p in single] == [LABELS[i] for i in np.argsort(-probs[0])]
+    np.testing.assert_allclose(sorted((p["score"] for p in single), reverse=True), np.sort(probs[0])[::-1], atol=1e-5)
+    batch = _post(classifier, "/predict", {"inputs": [[texts[0]], [texts[1]], ["the cat", "the dog"]]}).json()
+    assert len(batch) == 3 and {p["label"] for p in batch[2]} == set(LABELS.values())
+    np.testing.assert_allclose(
+        {p["label"]: p["score"] for p in batch[1]}["positive"], probs[1][1], atol=1e-5
+    )  # a batch of singles and a pair, in request order
+    info = requests.get(classifier.base_url + "/info", timeout=10).json()
+    assert info["model_type"]["classifier"]["id2label"] == {str(k): v for k, v in LABELS.items()}
+    assert _post(classifier, "/embed", {"inputs": "x"}).status_code == 424
