@@ -308,3 +308,9 @@ def test_litellm_snippet(server, st, monkeypatch):
         model=f"openai/{NAME}", input=TEXTS[:2], api_base=server.base_url + "/v1", api_key="unused"
     )
     np.testing.assert_allclose(_floats([d["embedding"] for d in response.data]), st.encode(TEXTS[:2]), atol=1e-5)
+
+
+def test_deeply_nested_bodies_on_hand_read_routes_are_4xx(server):
+    for path in ("/", "/tokenize"):
+        r = requests.post(server.base_url + path, data=b"[" * 5000, headers={"content-type": "application/json"})
+        assert 400 <= r.status_code < 500, (path, r.text)

@@ -22,7 +22,9 @@ from sglang.srt.entrypoints.cohere.protocol import CohereEmbedRequest
 from sglang.srt.entrypoints.cohere.serving import CohereServingEmbed
 from sglang.srt.entrypoints.embed_options import invalid, refuse_unsupported
 from sglang.srt.entrypoints.error_styles import TeiError, cohere_style, tei_empty, tei_style
+from sglang.srt.entrypoints.json_body import read_json
 from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest, EmbeddingResponse, ModelCard
+from sglang.srt.entrypoints.openai.serving_base import model_not_found
 from sglang.srt.entrypoints.openai.serving_embedding import OpenAIServingEmbedding
 from sglang.srt.entrypoints.tei.protocol import SimpleToken, TokenizeRequest
 from sglang.srt.entrypoints.tokens import check_ids, decode, tei_tokens, vllm_tokenize
@@ -35,7 +37,7 @@ from sglang.srt.entrypoints.vllm.protocol import (
     VllmTokenizeResponse,
 )
 from sglang.srt.entrypoints.vllm.serving import VllmServingPooling
-from sglang.srt.errors import EmbeddingError, ErrorKind
+from sglang.srt.errors import EmbeddingError
 from sglang.srt.server_args import ServerArgs
 
 INLINE_CHARS = 32_768  # longer texts are tokenized in a worker thread, off the event loop
@@ -76,12 +78,7 @@ def add_compat_routes(
     @app.get("/v1/models/{model:path}", response_model=ModelCard)
     async def retrieve_model(model: str):
         if model not in server_args.served_model_names:
-            raise EmbeddingError(
-                ErrorKind.MODEL_NOT_FOUND,
-                f"The model `{model}` does not exist.",
-                param="model",
-                code="model_not_found",
-            )
+            raise model_not_found(model)
         return json_response(model_card(server_args, model_info, model, created).model_dump())
 
     # ----- infinity -----
@@ -178,10 +175,9 @@ def add_compat_routes(
         },
     )
     async def tokenize(raw: Request):
-        try:
-            body = await raw.json()
-        except ValueError:
-            raise invalid("The request body is not valid JSON.", "body") from None
+        body = await read_json(raw)
+        if body is None:
+            raise invalid("The request body is not valid JSON.", "body")
         if not isinstance(body, dict):
             raise invalid("The request body must be a JSON object.", "body")
         if "inputs" in body:

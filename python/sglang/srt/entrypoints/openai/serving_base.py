@@ -17,6 +17,13 @@ from sglang.srt.managers.tokenizer_manager import EmbeddingResult, TokenizerMana
 RequestT = TypeVar("RequestT")
 
 
+def model_not_found(requested: str) -> EmbeddingError:
+    """OpenAI's 404 for a `model` this server does not serve."""
+    return EmbeddingError(
+        ErrorKind.MODEL_NOT_FOUND, f"The model `{requested}` does not exist.", param="model", code="model_not_found"
+    )
+
+
 class OpenAIServingBase(Generic[RequestT]):
     endpoint: str = ""  # the route, for messages ("/v1/classify")
 
@@ -51,12 +58,7 @@ class OpenAIServingBase(Generic[RequestT]):
         if requested is None or not args.strict_model_name:
             return
         if requested not in args.served_model_names:
-            raise EmbeddingError(
-                ErrorKind.MODEL_NOT_FOUND,
-                f"The model `{requested}` does not exist.",
-                param="model",
-                code="model_not_found",
-            )
+            raise model_not_found(requested)
 
     def check_batch_size(self, n: int) -> None:
         """Refuse more inputs than one request may carry: --max-client-batch-size, and never more

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.entrypoints.error_styles import TeiError, tei_empty, tei_style
+from sglang.srt.entrypoints.json_body import read_json
 from sglang.srt.entrypoints.tei.protocol import (
     DecodeRequest,
     EmbedRequest,
@@ -131,10 +132,9 @@ def add_tei_routes(
         responses=errors,
     )
     async def root(raw: Request):
-        try:
-            body = await raw.json()
-        except ValueError:
-            raise TeiError("The request body is not valid JSON.", 422, "Validation") from None
+        body = await read_json(raw)
+        if body is None:
+            raise TeiError("The request body is not valid JSON.", 422, "Validation")
         if not isinstance(body, dict):
             raise TeiError("The request body must be a JSON object.", 422, "Validation")
         if model_info.is_classifier and "query" in body:
