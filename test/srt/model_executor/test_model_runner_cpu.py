@@ -57,6 +57,8 @@ def test_bfloat16_on_a_cpu_without_bf16_units_warns_once_and_auto_stays_float32(
     else:
         assert warned == []
     assert ModelRunner(ServerArgs(device="cpu", cpu_threads=1)).model_config.dtype == torch.float32  # auto
+
+
 @pytest.mark.slow
 def test_per_request_normalize_in_one_batch(corpus_ids):
     """A request's `normalize: false` gets the raw pooled vector; its batch neighbours keep the
