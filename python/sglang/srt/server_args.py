@@ -248,7 +248,7 @@ class ServerArgs:
                             "SpladePooling module makes the model sparse.")
         g.add_argument("--default-prompt-name", default=None,
                        help="Prompt (a key of config_sentence_transformers.json's `prompts`) prefixed to every "
-                            "text input whose request names none (docs/prompts.md).")
+                            "text input whose request names none (docs/migrating.md).")
         g.add_argument("--default-prompt", default=None,
                        help='Raw prefix for every text input whose request names no prompt, e.g. "query: ".')
 

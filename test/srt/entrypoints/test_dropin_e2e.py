@@ -168,6 +168,13 @@ def test_prompt_name_matches_sentence_transformers_and_counts_tokens(server, st)
     np.testing.assert_allclose(
         _floats(raw["data"][0]["embedding"]), st.encode(TEXTS[:1], prompt="query: ")[0], atol=1e-5
     )
+    # input_type (Cohere's values, as /v2/embed maps them) picks the same prompts on /v1/embeddings
+    typed = _post(server, "/v1/embeddings", {"input": TEXTS, "input_type": "search_document"}).json()
+    np.testing.assert_allclose(
+        _floats([d["embedding"] for d in typed["data"]]), st.encode(TEXTS, prompt_name="passage"), atol=1e-5
+    )
+    both = _post(server, "/v1/embeddings", {"input": "x", "input_type": "search_query", "prompt_name": "query"})
+    assert both.status_code == 400 and both.json()["error"]["param"] == "input_type"
 
 
 # ----- quantized outputs (sentence-transformers' quantize_embeddings on the same vectors) -----
@@ -221,6 +228,11 @@ def test_tei_embed_tokenize_decode_info(server, st):
     assert tokens[-2]["text"] == "world" and tokens[-2]["start"] == len("query: héllo ".encode())  # byte offsets
     assert all(raw[t["start"] : t["stop"]].decode() == t["text"] for t in tokens[1:-1])
     assert _post(server, "/decode", {"ids": [[7592, 2088], [2088]]}).json() == ["hello world", "world"]
+    # /embed_all (main's route) takes /embed's prompt_name and truncation too: one row per token embedded
+    (rows,) = _post(server, "/embed_all", {"inputs": text, "prompt_name": "query"}).json()
+    assert len(rows) == len(tokens)
+    (cut,) = _post(server, "/embed_all", {"inputs": "a " * 400, "truncate": True}).json()
+    assert len(cut) == 256
     info = requests.get(server.base_url + "/info", timeout=10).json()
     assert info["model_type"] == {"embedding": {"pooling": "mean"}} and info["max_input_length"] == 256
     empty = _post(server, "/embed", {"inputs": []})
@@ -259,6 +271,7 @@ def test_openapi_describes_every_route(server):
         "/embeddings": "post",
         "/models": "get",
         "/embed": "post",
+        "/embed_all": "post",
         "/rerank": "post",
         "/predict": "post",
         "/tokenize": "post",

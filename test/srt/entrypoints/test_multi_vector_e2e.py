@@ -83,6 +83,8 @@ def test_colbert_rerank_is_maxsim(colbert):
         ({"input": "the cat", "multi_vector": False}, "multi_vector"),
         ({"input": "the cat", "dimensions": 4}, "dimensions"),
         ({"input": "the cat", "input_type": "summary"}, "input_type"),
+        ({"input": "the cat", "normalize": False}, "normalize"),  # per-token rows come as the checkpoint makes them
+        ({"input": "the cat", "truncate": False}, "truncate"),  # ColBERT's own lengths always apply
     ],
 )
 def test_colbert_refusals(colbert, payload, param):

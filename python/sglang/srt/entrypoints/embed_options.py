@@ -7,7 +7,8 @@ Every route that embeds (/v1/embeddings, /embeddings, TEI's /embed, Cohere's /v2
   limit) and `truncation_side`; TEI `truncate` + `truncation_direction`; Cohere `truncate` +
   `max_tokens` (its route maps them here too);
 - output: `normalize`, vLLM `embed_dtype` / `endianness` (base64 element type and byte order);
-- prompts: `prompt_name`, a raw `prompt` or `instruction` (configs/prompts.py);
+- prompts: `prompt_name`, a raw `prompt` or `instruction` (configs/prompts.py), or `input_type`
+  (entrypoints/input_types.py);
 - fields a peer defines that would change the output and that this server does not implement are
   refused by name (`refuse_unsupported`), while harmless ones (`user`, `priority`) pass.
 """
@@ -19,6 +20,7 @@ from typing import Any, Iterable, Optional
 
 from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.configs.prompts import resolve_prompt
+from sglang.srt.entrypoints.input_types import input_type_prompt
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import EMBED_DTYPES, ENCODING_FORMATS, TRUNCATION_SIDES, EmbeddingReqInput
 
@@ -32,7 +34,6 @@ UNSUPPORTED_FIELDS: dict[str, str] = {
     "continue_final_message": "send the text as `input`",
     "mm_processor_kwargs": "image sizes are set with --mm-min-pixels / --mm-max-pixels",
     "padding": "inputs are never padded here",
-    "input_type": "send `prompt_name` (or use POST /v2/embed, which maps input_type to prompts)",
     "output_dimension": "send `dimensions`",
     "output_dtype": "send `embedding_types`",
     "lora_path": "adapters are not supported",
@@ -125,22 +126,33 @@ def set_prompt(
     prompt: Optional[str] = None,
     instruction: Optional[str] = None,
     name_param: str = "prompt_name",
+    input_type: Optional[str] = None,
 ) -> None:
-    """The prefix this request's text inputs get: `prompt` / `instruction` (raw), `prompt_name`, or
-    the server's default. Token-id and image inputs take no prompt of their own."""
+    """The prefix this request's text inputs get: `prompt` / `instruction` (raw), `prompt_name`,
+    `input_type` (entrypoints/input_types.py), or the server's default. Token-id and image inputs
+    take no prompt of their own."""
     if prompt is not None and instruction is not None and prompt != instruction:
         raise invalid("Send either `prompt` or `instruction` (they are the same thing), not both.", "instruction")
     raw = prompt if prompt is not None else instruction
-    explicit = raw is not None or prompt_name is not None
+    if input_type is not None:
+        if raw is not None or prompt_name is not None:
+            given = "prompt_name" if prompt_name is not None else ("prompt" if prompt is not None else "instruction")
+            raise invalid(
+                f"Send `input_type` or `{given}`, not both: each one picks the prompt of the inputs.", "input_type"
+            )
+        prefix, param = input_type_prompt(model_info, input_type), "input_type"
+    else:
+        prefix = resolve_prompt(model_info.prompts, model_info.default_prompt, prompt_name, raw, name_param)
+        param = name_param if prompt_name is not None else "prompt"
+    explicit = raw is not None or prompt_name is not None or input_type is not None
     if req.text is None:
-        if explicit and (raw or resolve_prompt(model_info.prompts, None, prompt_name, None, name_param)):
-            raise invalid("Prompts apply to text inputs only, not to token ids or images.", name_param)
+        if explicit and prefix:
+            raise invalid("Prompts apply to text inputs only, not to token ids or images.", param)
         return
-    prefix = resolve_prompt(model_info.prompts, model_info.default_prompt, prompt_name, raw, name_param)
     if prefix and not model_info.prompt_in_pooling:
         raise invalid(
             "This model's pooling leaves the prompt's tokens out (sentence-transformers include_prompt: "
             "false), which this server does not implement; send the text without a prompt.",
-            name_param if prompt_name is not None else "prompt",
+            param,
         )
     req.prompt = prefix

@@ -17,6 +17,7 @@ import orjson
 
 from sglang.srt.configs.model_config import check_model
 from sglang.srt.configs.model_info import OutputKind
+from sglang.srt.entrypoints.embed_options import set_prompt
 from sglang.srt.entrypoints.engine_processes import EngineProcesses
 from sglang.srt.entrypoints.inputs import Prompt, normalize_input
 from sglang.srt.entrypoints.openai.multi_vector import multi_vector_output
@@ -75,7 +76,8 @@ class Engine:
 
         Multi-vector (ColBERT) models, or `multi_vector=True` on a model with such a head, give
         one vector per token: `embedding` is a list of lists and `token_ids` says whose each is
-        (`input_type` "query" or "document", as on /v1/embeddings).
+        (`input_type` "query" or "document", as on /v1/embeddings). On every model `input_type` also
+        picks the model's prompt of that name, as on /v1/embeddings (entrypoints/input_types.py).
 
         Raises EmbeddingError for a bad input, with the same message the HTTP API would give.
         """
@@ -84,6 +86,7 @@ class Engine:
         validate_dimensions(dimensions, self.model_info, served)
         req.dimensions = dimensions
         req.token_output = multi_vector_output(self.model_info, served, multi_vector, input_type, dimensions)
+        set_prompt(req, self.model_info, input_type=input_type)  # the prompt input_type names (or the default)
         sparse = self.model_info.embeddings_output is OutputKind.SPARSE and req.token_output is None
         req.encoding_format = FORMAT_SPARSE_DICT if sparse else FORMAT_RAW
         payloads, prompt_tokens, token_ids = [], [], []

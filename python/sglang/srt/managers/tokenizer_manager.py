@@ -145,7 +145,8 @@ class TokenizerManager:
         prepared = None
         key_lens: list = []
         if self.colbert_inputs_for(req) is not None:  # ColBERT markers, lengths and query expansion
-            built = self.colbert_inputs.build(self.input_tokenizer, req.text, req.token_output == TOKENS_QUERY)
+            texts = [req.prompt + t for t in req.text] if req.prompt else req.text
+            built = self.colbert_inputs.build(self.input_tokenizer, texts, req.token_output == TOKENS_QUERY)
             tokenized, key_lens = [(ids, None) for ids, _ in built], [k for _, k in built]
         elif req.items is not None:  # {"text", "image"} items: images are loaded off the event loop
             prepared = await self.multimodal.prepare(req.items)

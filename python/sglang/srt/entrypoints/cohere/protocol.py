@@ -6,7 +6,6 @@ from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-INPUT_TYPES = ("search_document", "search_query", "classification", "clustering", "image")
 TRUNCATE_MODES = ("NONE", "START", "END")
 
 
@@ -35,7 +34,7 @@ class CohereEmbedRequest(BaseModel):
     input_type: Optional[StrictStr] = Field(
         None,
         description="search_query / search_document / classification / clustering / image: picks the "
-        "model's prompt of that name (or query / document), docs/prompts.md.",
+        "model's prompt of that name (or query / document), as on /v1/embeddings (docs/migrating.md).",
     )
     texts: Optional[list[StrictStr]] = None
     images: Optional[list[StrictStr]] = Field(None, description="Data URIs (or URLs); needs an image model.")

@@ -1,9 +1,10 @@
 """POST /v2/embed: Cohere's embed API on the serving base.
 
-`input_type` picks a prompt: the model's prompt of exactly that name, else `query` for
-search_query and `document` (or `passage`) for search_document; other types and models without
-such prompts embed the text as it is. `truncate` END / START cut the end / start of an input
-longer than `max_tokens` (or the context length); NONE refuses it. The answer is Cohere's
+`input_type` picks a prompt as on /v1/embeddings (entrypoints/input_types.py): the model's prompt
+of exactly that name, else `query` for search_query and `document` (or `passage`) for
+search_document; other types and models without such prompts embed the text as it is.
+`truncate` END / START cut the end / start of an input longer than `max_tokens` (or the context
+length); NONE refuses it. The answer is Cohere's
 `embeddings_by_type` object with one list per `embedding_types` entry.
 """
 
@@ -15,28 +16,16 @@ from typing import Optional
 import numpy as np
 import orjson
 
-from sglang.srt.configs.model_info import ModelInfo
-from sglang.srt.entrypoints.cohere.protocol import INPUT_TYPES, TRUNCATE_MODES, CohereEmbedRequest
+from sglang.srt.configs.model_info import OutputKind
+from sglang.srt.entrypoints.cohere.protocol import TRUNCATE_MODES, CohereEmbedRequest
 from sglang.srt.entrypoints.embed_options import check_choice, invalid, set_output
 from sglang.srt.entrypoints.embedding_types import by_type, check_embedding_types
+from sglang.srt.entrypoints.input_types import check_input_type, input_type_prompt
 from sglang.srt.entrypoints.inputs import normalize_input
 from sglang.srt.entrypoints.openai.serving_base import OpenAIServingBase
 from sglang.srt.managers.io_struct import FORMAT_RAW, EmbeddingReqInput
 from sglang.srt.managers.matryoshka import validate_dimensions
 from sglang.srt.managers.tokenizer_manager import EmbeddingResult, payload_to_array
-
-PROMPT_FALLBACKS = {"search_query": ("query",), "search_document": ("document", "passage")}
-
-
-def input_type_prompt(model_info: ModelInfo, input_type: Optional[str]) -> Optional[str]:
-    """The prefix an input_type maps to on this model (None: none)."""
-    if input_type is None:
-        return model_info.default_prompt
-    table = dict(model_info.prompts)
-    for name in (input_type, *PROMPT_FALLBACKS.get(input_type, ())):
-        if table.get(name):
-            return table[name]
-    return None
 
 
 def cohere_inputs(request: CohereEmbedRequest) -> list:
@@ -68,7 +57,7 @@ class CohereServingEmbed(OpenAIServingBase[CohereEmbedRequest]):
 
     def validate(self, request: CohereEmbedRequest) -> None:
         super().validate(request)
-        check_choice(request.input_type, INPUT_TYPES, "input_type")
+        check_input_type(request.input_type, self.tm.model_info)
         check_choice(request.truncate, TRUNCATE_MODES, "truncate")
         check_embedding_types(request.embedding_types)
         if request.max_tokens is not None and request.max_tokens < 1:
@@ -76,6 +65,10 @@ class CohereServingEmbed(OpenAIServingBase[CohereEmbedRequest]):
         validate_dimensions(request.output_dimension, self.tm.model_info, self.served_model_name)
         if self.tm.model_info.is_classifier:
             raise invalid(f"Model '{self.served_model_name}' is a classifier, not an embedding model.", "model")
+        if self.tm.model_info.embeddings_output is not OutputKind.DENSE:
+            raise invalid(
+                f"Model '{self.served_model_name}' has no dense vector for /v2/embed; use /v1/embeddings.", "model"
+            )
 
     def convert(self, request: CohereEmbedRequest) -> EmbeddingReqInput:
         inputs = cohere_inputs(request)

@@ -3,9 +3,9 @@ request gets, and the MaxSim score of a query against documents.
 
 A ColBERT checkpoint (HF_ColBERT, PyLate) answers /v1/embeddings with one vector per token by
 default; a model with an extra multi-vector head (bge-m3's colbert_linear.pt) answers with pooled
-vectors unless the request sets `multi_vector: true`. `input_type` picks ColBERT's query or
-document form (markers, query expansion, punctuation skiplist); Cohere's `search_query` /
-`search_document` spellings are accepted too.
+vectors unless the request sets `multi_vector: true`. `input_type` (entrypoints/input_types.py)
+picks ColBERT's query or document form (markers, query expansion, punctuation skiplist) as well
+as the model's prompt of that name.
 """
 
 from __future__ import annotations
@@ -15,16 +15,8 @@ from typing import Optional
 import numpy as np
 
 from sglang.srt.configs.model_info import ModelInfo, OutputKind
+from sglang.srt.entrypoints.input_types import check_input_type, token_side
 from sglang.srt.errors import EmbeddingError, ErrorKind
-from sglang.srt.layers.token_outputs import TOKENS_DOCUMENT, TOKENS_QUERY
-
-INPUT_TYPES = {
-    "query": TOKENS_QUERY,
-    "search_query": TOKENS_QUERY,
-    "document": TOKENS_DOCUMENT,
-    "passage": TOKENS_DOCUMENT,
-    "search_document": TOKENS_DOCUMENT,
-}
 
 
 def multi_vector_output(
@@ -53,16 +45,41 @@ def multi_vector_output(
         raise EmbeddingError(
             ErrorKind.INVALID_REQUEST, "dimensions does not apply to multi-vector output.", param="dimensions"
         )
-    if input_type is None:
-        return TOKENS_DOCUMENT
-    kind = INPUT_TYPES.get(input_type)
-    if kind is None:
-        raise EmbeddingError(
-            ErrorKind.INVALID_REQUEST,
-            f"input_type '{input_type}' is not one of: {', '.join(INPUT_TYPES)}.",
-            param="input_type",
-        )
-    return kind
+    check_input_type(input_type, model_info)
+    return token_side(input_type)
+
+
+# Options of /v1/embeddings that per-token rows do not take (they are rendered as the model gives them).
+_OUTPUT_OPTIONS = {
+    "normalize": lambda v: v is not None,
+    "embed_dtype": lambda v: v not in (None, "float32"),
+    "endianness": lambda v: v not in (None, "little", "native"),
+    "embedding_types": lambda v: v is not None,
+}
+# And, when the checkpoint sets ColBERT's query / document lengths, the truncation it always applies.
+_LENGTH_OPTIONS = {
+    "truncate_prompt_tokens": lambda v: v is not None,
+    "truncation_side": lambda v: v is not None,
+    "truncate": lambda v: v is not None,
+    "truncation_direction": lambda v: v is not None,
+    "add_special_tokens": lambda v: v is False,
+}
+
+
+def check_multi_vector_options(request, model_info: ModelInfo) -> None:
+    """400 naming a request option a multi-vector answer would not honour (rather than ignoring it)."""
+    checks = dict(_OUTPUT_OPTIONS)
+    cfg = model_info.colbert
+    if cfg is not None and (cfg.query_length is not None or cfg.document_length is not None):
+        checks.update(_LENGTH_OPTIONS)
+    for name, is_set in checks.items():
+        if is_set(getattr(request, name, None)):
+            raise EmbeddingError(
+                ErrorKind.INVALID_REQUEST,
+                f"`{name}` does not apply to multi-vector (ColBERT) output: per-token vectors come as the "
+                "checkpoint makes them (its own query / document lengths, float32, little-endian).",
+                param=name,
+            )
 
 
 def maxsim(query: np.ndarray, document: np.ndarray, reduction: str) -> float:

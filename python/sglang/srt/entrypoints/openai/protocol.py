@@ -53,7 +53,10 @@ class EmbeddingRequest(BaseModel):
         "default: true for ColBERT checkpoints, false otherwise (docs/embedding_models.md).",
     )
     input_type: Optional[StrictStr] = Field(
-        None, description="Multi-vector inputs: `query` or `document` (default), which picks ColBERT's marker."
+        None,
+        description="What the input is for: query / search_query / document / passage / search_document / "
+        "classification / clustering, or one of the model's prompt names. Picks the model's prompt of that kind "
+        "and, for multi-vector output, ColBERT's query or document form (docs/migrating.md).",
     )
     # vLLM
     truncate_prompt_tokens: Optional[StrictInt] = Field(

@@ -1,7 +1,8 @@
 """POST /embed_all (TEI-compatible): every token's final hidden state, for any model.
 
 TEI answers `[[[f32, ...], ...], ...]`: per input, one vector per token ([CLS] and [SEP]
-included), no pooling, no normalization. The vectors are the backbone's last hidden states (for
+included), no pooling, no normalization. `truncate` / `truncation_direction` and `prompt_name`
+apply as on TEI's /embed (entrypoints/embed_options.py). The vectors are the backbone's last hidden states (for
 a ColBERT checkpoint too: its projected, normalized vectors are /v1/embeddings' multi-vector
 output).
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from sglang.srt.entrypoints.embed_options import set_prompt, set_truncation_tei
 from sglang.srt.entrypoints.inputs import normalize_input
 from sglang.srt.entrypoints.openai.serving_base import OpenAIServingBase
 from sglang.srt.entrypoints.openai.task_protocol import EmbedAllRequest
@@ -33,6 +35,8 @@ class ServingEmbedAll(OpenAIServingBase[EmbedAllRequest]):
     def convert(self, request: EmbedAllRequest) -> EmbeddingReqInput:
         req, _ = normalize_input(request.inputs, encoding_format=FORMAT_FLOAT)
         req.token_output = TOKENS_HIDDEN
+        set_truncation_tei(req, request.truncate, request.truncation_direction)
+        set_prompt(req, self.tm.model_info, request.prompt_name)
         return req
 
     def render(self, request: EmbedAllRequest, result: EmbeddingResult, rid: Optional[str]) -> bytes:

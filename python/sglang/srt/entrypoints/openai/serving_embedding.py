@@ -23,7 +23,7 @@ from sglang.srt.entrypoints.embed_options import (
 )
 from sglang.srt.entrypoints.embedding_types import by_type, check_embedding_types
 from sglang.srt.entrypoints.inputs import normalize_input
-from sglang.srt.entrypoints.openai.multi_vector import multi_vector_output
+from sglang.srt.entrypoints.openai.multi_vector import check_multi_vector_options, multi_vector_output
 from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest
 from sglang.srt.entrypoints.openai.serving_base import OpenAIServingBase
 from sglang.srt.errors import EmbeddingError, ErrorKind
@@ -116,13 +116,15 @@ def embedding_request_input(request: EmbeddingRequest, model_info: ModelInfo, se
     )
     set_output(req, request.normalize, request.embed_dtype, request.endianness)
     req.add_special_tokens = request.add_special_tokens
-    set_prompt(req, model_info, request.prompt_name, request.prompt, request.instruction)
+    set_prompt(req, model_info, request.prompt_name, request.prompt, request.instruction, input_type=request.input_type)
     if request.embedding_types is not None:  # quantized on the HTTP side, from float32 vectors
         req.encoding_format, req.embed_dtype, req.endianness = FORMAT_RAW, "float32", "little"
     req.token_output = multi_vector_output(
         model_info, served, request.multi_vector, request.input_type, request.dimensions
     )
-    if req.token_output is None:
+    if req.token_output is not None:
+        check_multi_vector_options(request, model_info)
+    else:
         req.encoding_format = sparse_embeddings_format(model_info, req.encoding_format) or req.encoding_format
     return req
 

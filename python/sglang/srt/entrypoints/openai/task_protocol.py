@@ -93,8 +93,8 @@ class SparseValue(BaseModel):
 
 
 class EmbedAllRequest(BaseModel):
-    """TEI's /embed_all body. `truncate`, `truncation_direction` and `prompt_name` are accepted;
-    over-long inputs follow --allow-auto-truncate."""
+    """TEI's /embed_all body: `truncate` (None: --allow-auto-truncate), `truncation_direction` and
+    `prompt_name` as on /embed."""
 
     model_config = ConfigDict(extra="ignore")
 
