@@ -138,6 +138,8 @@ def test_normalize_false_and_embed_dtype(server, st):
     )
     half = np.frombuffer(base64.b64decode(r.json()["data"][0]["embedding"]), ">f2")
     np.testing.assert_allclose(half.astype(np.float32), st.encode([TEXTS[0]])[0], atol=1e-3)
+    ignored = _post(server, "/v1/embeddings", {"input": TEXTS[0], "embed_dtype": "float16"})  # float: no effect
+    assert ignored.status_code == 400 and ignored.json()["error"]["param"] == "embed_dtype"
 
 
 def test_vllm_pooling_tokenize_detokenize(server, st):

@@ -152,3 +152,25 @@ def test_error_styles():
     styles = ErrorStyles()
     styles.register(tei_style, "/embed")
     assert styles.for_path("/embed") is tei_style and styles.for_path("/v1/embeddings") is openai_style
+
+
+def test_output_options_that_would_not_apply_are_400_naming_them():
+    from sglang.srt.configs.model_info import OutputKind
+    from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest
+    from sglang.srt.entrypoints.openai.serving_embedding import check_output_applies, embedding_request_input
+
+    dense, logits = make_model_info(), make_model_info(embeddings_output=OutputKind.LOGITS)
+    for info, body, param in [
+        (logits, {"normalize": True}, "normalize"),
+        (dense, {"embed_dtype": "float16"}, "embed_dtype"),  # float JSON numbers are float32 values
+        (dense, {"endianness": "big", "encoding_format": "base64", "embedding_types": ["int8"]}, "endianness"),
+    ]:
+        with pytest.raises(EmbeddingError) as e:
+            check_output_applies(EmbeddingRequest(input="x", **body), info)
+        assert e.value.param == param and param in e.value.message
+    check_output_applies(EmbeddingRequest(input="x", embed_dtype="float16", encoding_format="base64"), dense)
+    check_output_applies(EmbeddingRequest(input="x", normalize=False, endianness="little"), dense)
+    image = EmbeddingRequest(input="http://x/cat.png", modality="image", truncate_prompt_tokens=8)
+    with pytest.raises(EmbeddingError) as e:
+        embedding_request_input(image, dense, "m")
+    assert e.value.param == "truncate_prompt_tokens"

@@ -6,6 +6,7 @@ Besides OpenAI's fields it takes the options users of vLLM, TEI and infinity sen
 
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 import numpy as np
@@ -82,6 +83,23 @@ def _envelope(items: bytes, result: EmbeddingResult, model: str) -> bytes:
     )
 
 
+# Request options image items do not take, with the value each has when not set.
+IMAGE_IGNORES = {
+    "truncate_prompt_tokens": None,
+    "truncation_side": None,
+    "truncate": None,
+    "truncation_direction": None,
+    "add_special_tokens": True,
+}
+
+
+def refuse_set(request, options: dict, why: str) -> None:
+    """400 naming the first of `options` the request sets to other than its unset value."""
+    for name, unset in options.items():
+        if getattr(request, name, unset) != unset:
+            raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"`{name}` does not apply here: {why}.", param=name)
+
+
 def check_embedding_request(request: EmbeddingRequest, model_info: ModelInfo, model_name: str) -> None:
     """Every check of an OpenAI-style embeddings body that needs no tokenizing."""
     refuse_unsupported(request.model_extra or {})
@@ -93,6 +111,33 @@ def check_embedding_request(request: EmbeddingRequest, model_info: ModelInfo, mo
         raise EmbeddingError(
             ErrorKind.INVALID_REQUEST, "embedding_types needs a dense embedding model.", param="embedding_types"
         )
+    check_output_applies(request, model_info)
+
+
+def check_output_applies(request: EmbeddingRequest, model_info: ModelInfo) -> None:
+    """400 naming an output option this request's answer would not honour: `normalize` on logits or
+    sparse weights; `embed_dtype` / `endianness` anywhere but base64 vectors (float JSON numbers are
+    always float32 values; `embedding_types` are computed from float32)."""
+    kind = model_info.embeddings_output
+    if request.normalize is not None and kind in (OutputKind.LOGITS, OutputKind.SPARSE):
+        raise EmbeddingError(
+            ErrorKind.INVALID_REQUEST,
+            f"`normalize` applies to embedding vectors; this model answers {kind.value} output.",
+            param="normalize",
+        )
+    base64 = request.encoding_format == FORMAT_BASE64 and request.embedding_types is None
+    if base64 and kind is not OutputKind.SPARSE:
+        return
+    for name, value, defaults in (
+        ("embed_dtype", request.embed_dtype, (None, "float32")),
+        ("endianness", request.endianness, (None, "little", "native") if sys.byteorder == "little" else (None,)),
+    ):
+        if value not in defaults:
+            raise EmbeddingError(
+                ErrorKind.INVALID_REQUEST,
+                f'`{name}` applies to base64 vectors (`encoding_format: "base64"` without `embedding_types`).',
+                param=name,
+            )
 
 
 def embedding_request_input(request: EmbeddingRequest, model_info: ModelInfo, served: str) -> EmbeddingReqInput:
@@ -106,6 +151,8 @@ def embedding_request_input(request: EmbeddingRequest, model_info: ModelInfo, se
             )
         prompt = [{"image": u} for u in urls]
     req, _ = normalize_input(prompt, dimensions=request.dimensions, encoding_format=request.encoding_format)
+    if req.items is not None:  # image items are tokenized by the processor, whole
+        refuse_set(request, IMAGE_IGNORES, "image inputs are embedded whole, with the processor's special tokens")
     set_truncation_tei(req, request.truncate, request.truncation_direction)
     set_truncation_vllm(
         req,

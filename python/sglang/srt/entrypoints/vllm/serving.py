@@ -17,12 +17,18 @@ import orjson
 from sglang.srt.entrypoints.embed_options import invalid
 from sglang.srt.entrypoints.openai.serving_base import OpenAIServingBase
 from sglang.srt.entrypoints.openai.serving_classify import probabilities
-from sglang.srt.entrypoints.openai.serving_embedding import check_embedding_request, embedding_request_input
+from sglang.srt.entrypoints.openai.serving_embedding import (
+    check_embedding_request,
+    embedding_request_input,
+    refuse_set,
+)
 from sglang.srt.entrypoints.vllm.protocol import PoolingRequest
 from sglang.srt.managers.io_struct import FORMAT_RAW, EmbeddingReqInput
 from sglang.srt.managers.tokenizer_manager import EmbeddingResult, payload_to_array
 
 TASKS = ("embed", "classify")
+# Options of the embedding body that class probabilities do not take, with their unset values.
+CLASSIFY_IGNORES = {"normalize": None, "embed_dtype": None, "endianness": None}
 
 
 class VllmServingPooling(OpenAIServingBase[PoolingRequest]):
@@ -44,8 +50,11 @@ class VllmServingPooling(OpenAIServingBase[PoolingRequest]):
             raise invalid("embedding_types is not supported on /pooling; use /v1/embeddings.", "embedding_types")
         if self.task(request) == "embed":
             check_embedding_request(request, self.tm.model_info, self.served_model_name)
-        elif request.dimensions is not None:
-            raise invalid("dimensions is currently not supported", "dimensions")
+        else:
+            if request.dimensions is not None:
+                raise invalid("dimensions is currently not supported", "dimensions")
+            why = "task classify answers class probabilities"
+            refuse_set(request, CLASSIFY_IGNORES, why)
 
     def convert(self, request: PoolingRequest) -> EmbeddingReqInput:
         req = embedding_request_input(request, self.tm.model_info, self.served_model_name)
