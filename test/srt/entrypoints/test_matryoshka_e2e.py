@@ -151,6 +151,8 @@ def test_qwen3_query_instruction(mrl_server, model_dir):
     assert np.abs(_vectors(r) - ref).max() <= 1e-4
     tok = AutoTokenizer.from_pretrained(model_dir)
     assert r.json()["usage"]["prompt_tokens"] == sum(len(tok(t)["input_ids"]) for t in prefixed)
+    typed = _post(mrl_server, {"input": MIXED_TEXTS[:3], "input_type": "search_query"})  # Cohere's spelling
+    assert np.abs(_vectors(typed) - _vectors(r)).max() == 0
     documents = _vectors(_post(mrl_server, {"input": MIXED_TEXTS[:3], "prompt_name": "document"}))
     assert np.abs(documents - _vectors(_post(mrl_server, {"input": MIXED_TEXTS[:3]}))).max() == 0
 
@@ -220,6 +222,10 @@ def test_engine_dimensions(model_dir, tmp_path):
         short = np.asarray([o["embedding"] for o in out], dtype=np.float32)
         assert short.shape == (len(MIXED_TEXTS), 16)
         assert np.abs(short - _shortened(full, 16)).max() <= 1e-6
+        # input_type picks Qwen3's query instruction in the Engine too (entrypoints/input_types.py)
+        queries = engine.encode(MIXED_TEXTS[:2], input_type="search_query")
+        prefixed = engine.encode([QWEN3_PROMPTS["query"] + t for t in MIXED_TEXTS[:2]])
+        assert [q["embedding"] for q in queries] == [p["embedding"] for p in prefixed]
         for dims, message in [
             # The config's list wins over is_matryoshka: true.
             (12, "Model 'tiny' only supports matryoshka dimensions [8, 16]; dimensions 12 would lead to poor results."),

@@ -14,6 +14,7 @@ import orjson
 
 from sglang.srt.configs.model_info import ModelInfo, OutputKind
 from sglang.srt.entrypoints.embed_options import (
+    ENDIANNESS_VALUES,
     check_choice,
     check_encoding_format,
     refuse_unsupported,
@@ -28,7 +29,13 @@ from sglang.srt.entrypoints.openai.multi_vector import check_multi_vector_option
 from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest
 from sglang.srt.entrypoints.openai.serving_base import OpenAIServingBase
 from sglang.srt.errors import EmbeddingError, ErrorKind
-from sglang.srt.managers.io_struct import FORMAT_BASE64, FORMAT_RAW, FORMAT_SPARSE_DICT, EmbeddingReqInput
+from sglang.srt.managers.io_struct import (
+    EMBED_DTYPES,
+    FORMAT_BASE64,
+    FORMAT_RAW,
+    FORMAT_SPARSE_DICT,
+    EmbeddingReqInput,
+)
 from sglang.srt.managers.matryoshka import validate_dimensions
 from sglang.srt.managers.tokenizer_manager import EmbeddingResult, payload_to_array
 
@@ -118,6 +125,8 @@ def check_output_applies(request: EmbeddingRequest, model_info: ModelInfo) -> No
     """400 naming an output option this request's answer would not honour: `normalize` on logits or
     sparse weights; `embed_dtype` / `endianness` anywhere but base64 vectors (float JSON numbers are
     always float32 values; `embedding_types` are computed from float32)."""
+    check_choice(request.embed_dtype, EMBED_DTYPES, "embed_dtype")  # a bad value is named as such first
+    check_choice(request.endianness, ENDIANNESS_VALUES, "endianness")
     kind = model_info.embeddings_output
     if request.normalize is not None and kind in (OutputKind.LOGITS, OutputKind.SPARSE):
         raise EmbeddingError(
