@@ -54,6 +54,7 @@ def test_trtllm_and_sglang_flag_spellings():
     a = ServerArgs.from_cli_args(parse(["--max_batch_size", "7", "--max-prefill-tokens", "99"]))
     assert a.max_batch_size == 7 and a.max_num_tokens == 99
     assert ServerArgs.from_cli_args(parse(["--max-running-requests", "3"])).max_batch_size == 3
+    assert ServerArgs.from_cli_args(parse(["--max-payload-size", "1024", "--enable-metrics"])).max_payload_bytes == 1024
 
 
 @pytest.mark.slow

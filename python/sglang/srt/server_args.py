@@ -297,8 +297,11 @@ class ServerArgs:
         g.add_argument("--cors-allow-origin", action="append", default=[], metavar="ORIGIN",
                        help="Allow browser requests from ORIGIN (repeatable or comma-separated; `*` for any). "
                             "Default: CORS closed.")
-        g.add_argument("--max-payload-bytes", type=int, default=d["max_payload_bytes"].default,
-                       help="Largest request body; bigger ones get 413.")
+        g.add_argument("--enable-metrics", action="store_true",
+                       help="Accepted for SGLang's command lines: GET /metrics is always served.")
+        g.add_argument("--max-payload-bytes", "--max-payload-size", dest="max_payload_bytes", type=int,
+                       default=d["max_payload_bytes"].default,
+                       help="Largest request body; bigger ones get 413 (--max-payload-size: SGLang's spelling).")
         g.add_argument("--max-client-batch-size", type=int, default=d["max_client_batch_size"].default,
                        help="Most inputs in one request; more get 413.")
         g.add_argument("--request-timeout", type=float, default=d["request_timeout"].default,
