@@ -3,27 +3,45 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import sys
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from sglang.srt.errors import ConfigError
 from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.env_flags import EnvHelpFormatter, explain_error, mark_secrets, parse_with_env
 
 
 def build_serve_parser(prog: str = "sglang serve") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
-        description="Serve an embedding model on an OpenAI-compatible /v1/embeddings endpoint.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description="Serve an embedding model on an OpenAI-compatible /v1/embeddings endpoint. Every flag "
+        "--foo-bar may also come from the environment variable SGLANG_FOO_BAR (shown as [env: ...]); "
+        "a flag on the command line wins over its variable (docs/operations.md).",
+        formatter_class=EnvHelpFormatter,
     )
     ServerArgs.add_cli_args(parser)
+    mark_secrets(parser, (f.name for f in dataclasses.fields(ServerArgs) if not f.repr))
     return parser
 
 
-def serve(argv: Sequence[str], prog: str = "sglang serve") -> int:
-    args = build_serve_parser(prog).parse_args(argv)
+def parse_serve_args(
+    argv: Sequence[str], environ: Optional[Mapping[str, str]] = None, prog: str = "sglang serve"
+) -> ServerArgs:
+    """Flags over `SGLANG_*` variables over defaults -> ServerArgs (a ConfigError names a bad variable)."""
+    parser = build_serve_parser(prog)
+    wants_help = any(a in ("-h", "--help") for a in argv)
+    args, used = parse_with_env(parser, argv, os.environ if environ is None else environ, strict=not wants_help)
     try:
-        server_args = ServerArgs.from_cli_args(args)
+        return ServerArgs.from_cli_args(args)
+    except ConfigError as e:
+        raise ConfigError(explain_error(str(e), parser, used)) from None
+
+
+def serve(argv: Sequence[str], prog: str = "sglang serve") -> int:
+    try:
+        server_args = parse_serve_args(argv, prog=prog)
         from sglang.srt.configs.model_config import check_model
 
         # Model problems (unsupported architecture, missing --is-embedding, uncached hub id, ...)

@@ -41,6 +41,7 @@ CHOICES = {
     "quantization": (None, "int8"),
     "log_level": ("debug", "info", "warning", "error", "critical"),
     "log_format": ("text", "json"),
+    "ssl_cert_reqs": (None, "none", "optional", "required"),
 }
 
 
@@ -103,6 +104,15 @@ class ServerArgs:
     log_requests: bool = False
     log_request_text: bool = False
     log_format: str = "text"
+
+    # TLS and tracing (docs/operations.md)
+    ssl_keyfile: Optional[str] = None
+    ssl_certfile: Optional[str] = None
+    ssl_keyfile_password: Optional[str] = field(default=None, repr=False)
+    ssl_ca_certs: Optional[str] = None
+    ssl_cert_reqs: Optional[str] = None  # None: "required" with --ssl-ca-certs, else "none"
+    enable_trace: bool = False
+    otlp_traces_endpoint: Optional[str] = None  # set: tracing on; resolved to a full OTLP/HTTP URL
 
     # Image inputs (docs/multimodal.md)
     allowed_local_media_path: Optional[str] = None  # None: image paths on the server's disk refused
@@ -184,6 +194,28 @@ class ServerArgs:
         if not (0 < self.port < 65536):
             raise ConfigError("--port must be between 1 and 65535")
         self._validate_multimodal()
+        self._validate_tls_and_tracing()
+
+    def _validate_tls_and_tracing(self) -> None:
+        """Files exist and come in pairs; tracing has its packages and a full endpoint URL. (Whether
+        the key fits the certificate is checked when the server starts: entrypoints/tls.py.)"""
+        if bool(self.ssl_keyfile) != bool(self.ssl_certfile):
+            raise ConfigError("--ssl-keyfile and --ssl-certfile go together: give both or neither")
+        if self.ssl_ca_certs and not self.ssl_certfile:
+            raise ConfigError("--ssl-ca-certs (client certificates) needs --ssl-keyfile and --ssl-certfile")
+        if self.ssl_cert_reqs not in (None, "none") and not self.ssl_ca_certs:
+            raise ConfigError("--ssl-cert-reqs optional/required needs --ssl-ca-certs to verify client certificates")
+        for name in ("ssl_keyfile", "ssl_certfile", "ssl_ca_certs"):
+            path = getattr(self, name)
+            if path and not os.path.isfile(path):
+                raise ConfigError(f"--{name.replace('_', '-')} {path} is not a file")
+        if self.otlp_traces_endpoint:
+            self.enable_trace = True
+        if self.enable_trace:
+            from sglang.srt.utils.tracing import check_tracing_installed, resolve_endpoint
+
+            check_tracing_installed()
+            self.otlp_traces_endpoint = resolve_endpoint(self.otlp_traces_endpoint)
 
     def _validate_multimodal(self) -> None:
         # --chat-template is checked with the model (configs/model_config.check_model): loading it is
@@ -321,6 +353,30 @@ class ServerArgs:
         g.add_argument("--log-format", default=d["log_format"].default, choices=CHOICES["log_format"],
                        help="text: human-readable lines; json: one JSON object per line, in every process.")
 
+        g = parser.add_argument_group("TLS (docs/operations.md)")
+        g.add_argument("--ssl-keyfile", default=None, metavar="PATH",
+                       help="Serve HTTPS with this private key (PEM); needs --ssl-certfile.")
+        g.add_argument("--ssl-certfile", default=None, metavar="PATH",
+                       help="The server's certificate chain (PEM) for HTTPS.")
+        g.add_argument("--ssl-keyfile-password", default=None, metavar="PASSWORD",
+                       help="Password of an encrypted --ssl-keyfile.")
+        g.add_argument("--ssl-ca-certs", default=None, metavar="PATH",
+                       help="CA certificates (PEM) that client certificates must chain to; clients without "
+                            "one are refused (mutual TLS, see --ssl-cert-reqs).")
+        g.add_argument("--ssl-cert-reqs", default=None, choices=CHOICES["ssl_cert_reqs"][1:],
+                       help="Client certificates: none, optional (checked when sent) or required. "
+                            "Default: required with --ssl-ca-certs, else none.")
+
+        g = parser.add_argument_group("tracing (docs/operations.md)")
+        g.add_argument("--enable-trace", action="store_true",
+                       help="Export OpenTelemetry traces over OTLP/HTTP (needs `pip install "
+                            "sglang-embed[tracing]`); the endpoint is --otlp-traces-endpoint, else "
+                            "$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / $OTEL_EXPORTER_OTLP_ENDPOINT, else "
+                            "http://localhost:4318/v1/traces.")
+        g.add_argument("--otlp-traces-endpoint", default=None, metavar="URL",
+                       help="OTLP/HTTP collector for traces (implies --enable-trace): a full URL, or "
+                            "host:port / a URL without a path, to which /v1/traces is added.")
+
         g = parser.add_argument_group("image inputs (docs/multimodal.md)")
         g.add_argument("--allowed-local-media-path", default=None, metavar="DIR",
                        help="Let requests name image files under DIR on the server (default: refused).")
@@ -350,4 +406,4 @@ class ServerArgs:
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.ssl_certfile else 'http'}://{host}:{self.port}"

@@ -25,6 +25,7 @@ from sglang.srt.managers.io_struct import FORMAT_RAW, FORMAT_SPARSE_DICT
 from sglang.srt.managers.matryoshka import validate_dimensions
 from sglang.srt.managers.tokenizer_manager import TokenizerManager, payload_to_array
 from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.tracing import Tracing
 
 
 def _sparse_payload(payload: bytes) -> dict[int, float]:
@@ -42,6 +43,8 @@ class Engine:
         self.server_args = ServerArgs(model_path=model_path, is_embedding=is_embedding, **kwargs)
         check_model(self.server_args)  # config problems surface here, before any process starts
         self._processes = EngineProcesses(self.server_args)
+        args = self.server_args
+        self._tracing = Tracing.start(args.enable_trace, args.otlp_traces_endpoint, "engine")
         self._closed = False
         self.model_info = self._processes.start()
         self._loop = asyncio.new_event_loop()
@@ -52,7 +55,7 @@ class Engine:
         atexit.register(self.shutdown)
 
     async def _make_tokenizer_manager(self) -> TokenizerManager:
-        tm = TokenizerManager(self.server_args, self._processes.port_args, self.model_info)
+        tm = TokenizerManager(self.server_args, self._processes.port_args, self.model_info, tracing=self._tracing)
         tm.start()
         return tm
 
@@ -122,6 +125,7 @@ class Engine:
                 self._thread.join(timeout=5)
         finally:
             self._processes.shutdown()
+            self._tracing.shutdown()
             atexit.unregister(self.shutdown)
 
     def __enter__(self) -> "Engine":

@@ -39,6 +39,7 @@ from sglang.srt.entrypoints.openai.task_protocol import (
     SparseValue,
 )
 from sglang.srt.entrypoints.tei.routes import add_tei_routes
+from sglang.srt.entrypoints.trace_middleware import TraceRequests
 from sglang.srt.entrypoints.uvicorn_server import on_loop
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.tokenizer_manager import TokenizerManager
@@ -46,6 +47,7 @@ from sglang.srt.metrics.prometheus import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from sglang.srt.metrics.server_metrics import ServerMetrics
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.network import PortArgs
+from sglang.srt.utils.tracing import Tracing
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +132,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         # Sockets belong to the serving event loop, so the manager is made inside it.
-        tm = TokenizerManager(server_args, port_args, model_info, worker_id, metrics=metrics)
+        tm = TokenizerManager(server_args, port_args, model_info, worker_id, metrics=metrics, tracing=tracing)
         tm.start()
         app.state.tokenizer_manager = tm
         app.state.embedding = OpenAIServingEmbedding(tm, server_args.served_model_name)
@@ -142,6 +144,7 @@ def create_app(
             on_ready()
         yield
         await tm.close()
+        tracing.shutdown()
 
     app = FastAPI(title="sglang-embed", version="0.1.0", lifespan=lifespan)
     created = int(time.time())
@@ -149,6 +152,9 @@ def create_app(
     app.state.lifecycle = ServerLifecycle()
     styles = app.state.error_styles = ErrorStyles()  # peers' routes answer errors in their own shape
     install_middleware(app, server_args, metrics, app.state.lifecycle)
+    tracing = Tracing.start(server_args.enable_trace, server_args.otlp_traces_endpoint, f"http-{worker_id}")
+    if tracing.enabled:  # outermost: the request-log line and every other span belong to its span
+        app.add_middleware(TraceRequests, tracing=tracing, app_routes=lambda: app.routes)
 
     @app.exception_handler(EmbeddingError)
     async def _embedding_error(request: Request, exc: EmbeddingError):

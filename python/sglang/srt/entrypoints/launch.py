@@ -11,6 +11,7 @@ import logging
 from sglang.srt.entrypoints.engine_processes import EngineProcesses
 from sglang.srt.entrypoints.http_server import create_app, engine_died, start_draining
 from sglang.srt.entrypoints.http_worker import run_http_worker_process
+from sglang.srt.entrypoints.tls import check_tls
 from sglang.srt.entrypoints.uvicorn_server import make_listen_socket, make_server, serve
 from sglang.srt.errors import ConfigError
 from sglang.srt.server_args import ServerArgs
@@ -22,6 +23,7 @@ logger = logging.getLogger(__name__)
 def launch_server(server_args: ServerArgs) -> int:
     """Run the server until Ctrl-C / SIGTERM (exit 0) or a child process dies (exit 1)."""
     configure_logging(server_args.log_level, fmt=server_args.log_format)
+    check_tls(server_args)
     workers = server_args.tokenizer_worker_num
     try:
         sock = make_listen_socket(server_args.host, server_args.port, reuse_port=workers > 1)

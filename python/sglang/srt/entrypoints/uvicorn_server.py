@@ -15,6 +15,7 @@ from typing import Callable, Optional
 
 import uvicorn
 
+from sglang.srt.entrypoints.tls import tls_options
 from sglang.srt.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -79,6 +80,7 @@ def make_server(app, server_args: ServerArgs) -> UvicornServer:
         log_config=None,
         access_log=server_args.log_level == "debug",
         timeout_graceful_shutdown=server_args.graceful_timeout or None,
+        **tls_options(server_args),
     )
     return UvicornServer(config)
 

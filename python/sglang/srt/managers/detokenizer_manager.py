@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import time
 from collections import defaultdict
 from typing import Optional
 
@@ -23,6 +24,7 @@ from sglang.srt.managers.io_struct import (
     BatchEmbeddingOutput,
     BatchEmbeddingResult,
 )
+from sglang.srt.managers.request_tracing import trace_render
 from sglang.srt.managers.sparse_render import TokenTextFn, TokenTexts, render_sparse
 from sglang.srt.managers.token_render import render_token_ids, render_token_row, token_row
 from sglang.srt.server_args import ServerArgs
@@ -30,6 +32,7 @@ from sglang.srt.utils.logging_utils import configure_logging
 from sglang.srt.utils.msgcodec import decode, send
 from sglang.srt.utils.network import PortArgs, make_socket
 from sglang.srt.utils.process import prepare_child_process
+from sglang.srt.utils.tracing import Tracing
 
 logger = logging.getLogger(__name__)
 
@@ -131,8 +134,11 @@ def render_output(
 
 
 def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, ready_pipe, parent_pid: int) -> None:
-    prepare_child_process(parent_pid, port_args.ipc_dir)
+    on_stop: list = []
+    prepare_child_process(parent_pid, port_args.ipc_dir, on_stop)
     configure_logging(server_args.log_level, "detokenizer", server_args.log_format)
+    tracing = Tracing.start(server_args.enable_trace, server_args.otlp_traces_endpoint, "detokenizer")
+    on_stop.append(tracing.shutdown)
     ctx = zmq.Context()
     recv = make_socket(ctx, zmq.PULL, port_args.detokenizer_input, bind=True)
     senders = {
@@ -149,6 +155,7 @@ def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, ready_
         except Exception as e:
             logger.exception("dropping an undecodable message: %s", e)
             continue
+        start = time.monotonic()
         try:
             results = render_output(out, token_texts)
         except Exception as e:  # answer every request of the batch rather than leave it hanging
@@ -162,3 +169,5 @@ def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, ready_
                 logger.error("result for unknown tokenizer worker %d dropped", worker_id)
                 continue
             send(sock, result)
+        if tracing.enabled:
+            trace_render(tracing, out, start, time.monotonic())

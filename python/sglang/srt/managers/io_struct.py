@@ -112,6 +112,8 @@ class TokenizedEmbeddingReqInput:
     normalize: Optional[bool] = None
     embed_dtype: str = "float32"
     endianness: str = "little"
+    # W3C traceparent of the request's span when tracing is on (utils/tracing.py); None: untraced.
+    trace_context: Optional[str] = None
 
     @property
     def num_tokens(self) -> int:
@@ -178,6 +180,8 @@ class BatchEmbeddingOutput:
     normalize: Optional[list[Optional[bool]]] = None
     embed_dtypes: Optional[list[str]] = None
     endianness: Optional[list[str]] = None
+    # Per row: the request's traceparent, for the detokenizer's render spans. None: nothing traced.
+    trace_contexts: Optional[list[Optional[str]]] = None
 
     @staticmethod
     def failure(

@@ -19,16 +19,22 @@ import numpy as np
 
 from sglang.srt.errors import QUEUE_FULL_MESSAGE, REQUEST_TIMEOUT_MESSAGE, ErrorKind
 from sglang.srt.managers.io_struct import BatchEmbeddingOutput, TokenizedEmbeddingReqInput
+from sglang.srt.managers.request_tracing import trace_batch, trace_contexts, trace_refused
 from sglang.srt.managers.schedule_policy import BatchBudget, next_batch
 from sglang.srt.model_executor.forward_io import ForwardFn, ForwardOutput
 from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.tracing import Tracing
 
 logger = logging.getLogger(__name__)
 
 
 class Scheduler:
     def __init__(
-        self, server_args: ServerArgs, forward_fn: ForwardFn, clock: Callable[[], float] = time.monotonic
+        self,
+        server_args: ServerArgs,
+        forward_fn: ForwardFn,
+        clock: Callable[[], float] = time.monotonic,
+        tracing: Optional[Tracing] = None,
     ) -> None:
         self.budget = BatchBudget(
             max_batch_size=server_args.max_batch_size,
@@ -42,6 +48,7 @@ class Scheduler:
         self.clock = clock
         self.waiting: "OrderedDict[str, TokenizedEmbeddingReqInput]" = OrderedDict()
         self.last_batch_size = 0  # the hold window waits for about this many inputs (schedule_policy)
+        self.tracing = tracing or Tracing()  # disabled unless --enable-trace
 
     # ----- input -----
     def add_requests(self, reqs: list[TokenizedEmbeddingReqInput]) -> Optional[BatchEmbeddingOutput]:
@@ -53,6 +60,8 @@ class Scheduler:
             self.waiting[req.rid] = req
         rejected = reqs if not accepted else []
         if rejected:
+            if self.tracing.enabled:
+                trace_refused(self.tracing, rejected, self.clock(), "queue full")
             return BatchEmbeddingOutput.failure(
                 rejected, ErrorKind.QUEUE_FULL, QUEUE_FULL_MESSAGE, queue_length=len(self.waiting)
             )
@@ -73,6 +82,8 @@ class Scheduler:
         now = self.clock()
         expired = self._pop_expired(now)
         if expired:
+            if self.tracing.enabled:
+                trace_refused(self.tracing, expired, now, "timed out in the queue (--request-timeout)")
             out = BatchEmbeddingOutput.failure(
                 expired, ErrorKind.TIMEOUT, REQUEST_TIMEOUT_MESSAGE, queue_length=len(self.waiting)
             )
@@ -114,10 +125,14 @@ class Scheduler:
             vectors = self.forward_fn(reqs)
         except Exception as e:  # a failing forward fails only its own requests
             logger.error("forward pass failed for %d requests: %s\n%s", len(reqs), e, traceback.format_exc())
+            if self.tracing.enabled:
+                trace_batch(self.tracing, reqs, start, self.clock(), error=f"{type(e).__name__}: {e}")
             return BatchEmbeddingOutput.failure(
                 reqs, ErrorKind.INTERNAL, f"Internal error during the forward pass: {e}", queue_length=len(self.waiting)
             )
         elapsed = self.clock() - start
+        if self.tracing.enabled:
+            trace_batch(self.tracing, reqs, start, start + elapsed)
         n = len(reqs)
         tokens = sum(r.num_tokens for r in reqs)
         logger.debug(
@@ -153,4 +168,5 @@ class Scheduler:
             normalize=[r.normalize for r in reqs],
             embed_dtypes=[r.embed_dtype for r in reqs],
             endianness=[r.endianness for r in reqs],
+            trace_contexts=trace_contexts(reqs) if self.tracing.enabled else None,
         )

@@ -15,18 +15,22 @@ from sglang.srt.utils.logging_utils import configure_logging
 from sglang.srt.utils.msgcodec import decode, send
 from sglang.srt.utils.network import PortArgs, make_socket
 from sglang.srt.utils.process import prepare_child_process
+from sglang.srt.utils.tracing import Tracing
 
 logger = logging.getLogger(__name__)
 
 
 def run_scheduler_process(server_args: ServerArgs, port_args: PortArgs, ready_pipe, parent_pid: int) -> None:
-    prepare_child_process(parent_pid, port_args.ipc_dir)
+    on_stop: list = []
+    prepare_child_process(parent_pid, port_args.ipc_dir, on_stop)
     configure_logging(server_args.log_level, "scheduler", server_args.log_format)
     try:
         from sglang.srt.model_executor.model_runner import ModelRunner
 
+        tracing = Tracing.start(server_args.enable_trace, server_args.otlp_traces_endpoint, "scheduler")
+        on_stop.append(tracing.shutdown)
         runner = ModelRunner(server_args)
-        scheduler = Scheduler(server_args, runner.run_requests)
+        scheduler = Scheduler(server_args, runner.run_requests, tracing=tracing)
         ctx = zmq.Context()
         recv = make_socket(ctx, zmq.PULL, port_args.scheduler_input, bind=True)
         send = make_socket(ctx, zmq.PUSH, port_args.detokenizer_input, bind=False)

@@ -30,11 +30,13 @@ from sglang.srt.managers.io_struct import (
 )
 from sglang.srt.managers.multimodal.preparer import MultimodalPreparer
 from sglang.srt.managers.multimodal.preparer import attach as attach_images
+from sglang.srt.managers.request_tracing import request_span
 from sglang.srt.managers.tokenization import InputTokenizer
 from sglang.srt.metrics.server_metrics import ServerMetrics
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.msgcodec import decode, send
 from sglang.srt.utils.network import PortArgs, make_socket
+from sglang.srt.utils.tracing import Tracing
 
 logger = logging.getLogger(__name__)
 
@@ -77,9 +79,11 @@ class TokenizerManager:
         worker_id: int = 0,
         tokenizer=None,
         metrics: Optional[ServerMetrics] = None,
+        tracing: Optional[Tracing] = None,
     ) -> None:
         self.server_args = server_args
         self.metrics = metrics or ServerMetrics()
+        self.tracing = tracing or Tracing()  # disabled unless --enable-trace
         # The scheduler times out inputs queued past --request-timeout; this backstop times out
         # anything still unanswered at twice that (a batch that never ends, a lost message).
         self.backstop_timeout: Optional[float] = 2 * server_args.request_timeout or None
@@ -135,6 +139,12 @@ class TokenizerManager:
 
     # ----- requests -----
     async def embed(self, req: EmbeddingReqInput) -> EmbeddingResult:
+        if not self.tracing.enabled:
+            return await self._embed(req, None)
+        with request_span(self.tracing) as traceparent:
+            return await self._embed(req, traceparent)
+
+    async def _embed(self, req: EmbeddingReqInput, traceparent: Optional[str]) -> EmbeddingResult:
         if self.dead_reason is not None:
             raise EmbeddingError(ErrorKind.UNAVAILABLE, f"The embedding engine is unavailable: {self.dead_reason}")
         if not self.has_room(req.batch_size):
@@ -161,6 +171,9 @@ class TokenizerManager:
         # keys would hand one client's vectors to another.
         base = uuid.uuid4().hex
         now = time.monotonic()
+        if traceparent is not None:
+            attrs = {"sglang.inputs": len(tokenized), "sglang.prompt_tokens": sum(len(ids) for ids, _ in tokenized)}
+            self.tracing.record("prepare_images" if prepared is not None else "tokenize", traceparent, t0, now, attrs)
         reqs = [
             TokenizedEmbeddingReqInput(
                 rid=f"{base}-{i}",
@@ -175,6 +188,7 @@ class TokenizerManager:
                 normalize=self.model_info.normalize if req.normalize is None else req.normalize,
                 embed_dtype=req.embed_dtype,
                 endianness=req.endianness,
+                trace_context=traceparent,
             )
             for i, (ids, types) in enumerate(tokenized)
         ]

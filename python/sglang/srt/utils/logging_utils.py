@@ -2,7 +2,8 @@
 
 `--log-format json` is for log shippers: each line is a self-contained JSON object with `time`,
 `level`, `process` and `message`, plus the fields a caller passes as `extra={"fields": {...}}`
-(the per-request line of `--log-requests` uses that).
+(the per-request line of `--log-requests` uses that). With tracing on, lines logged while a
+request's span is current also carry `trace_id` and `span_id` (utils/tracing.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import orjson
 
 REQUEST_LOGGER = "sglang.request"
+TRACE_FIELDS = ("trace_id", "span_id")
 
 
 class JsonFormatter(logging.Formatter):
@@ -35,6 +37,10 @@ class JsonFormatter(logging.Formatter):
         if isinstance(fields, dict):
             for k, v in fields.items():
                 out.setdefault(k, v)
+        for key in TRACE_FIELDS:  # stamped by utils/tracing.TraceLogFilter when tracing is on
+            value = getattr(record, key, None)
+            if value is not None:
+                out[key] = value
         if record.exc_info:
             out["exception"] = self.formatException(record.exc_info)
         return orjson.dumps(out, default=str).decode()
@@ -48,6 +54,9 @@ class TextFormatter(logging.Formatter):
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict) and fields:
             line += " " + " ".join(f"{k}={_text_value(v)}" for k, v in fields.items() if v is not None)
+        trace_id = getattr(record, "trace_id", None)
+        if trace_id is not None:
+            line += f" trace_id={trace_id}"
         return line
 
 

@@ -16,7 +16,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 logger = logging.getLogger(__name__)
 
@@ -88,8 +88,11 @@ def watch_parent(parent_pid: int, ipc_dir: Optional[str] = None, interval: float
     threading.Thread(target=_run, name="parent-watch", daemon=True).start()
 
 
-def prepare_child_process(parent_pid: int, ipc_dir: Optional[str] = None) -> None:
-    """Common set-up for the scheduler and detokenizer processes."""
+def prepare_child_process(
+    parent_pid: int, ipc_dir: Optional[str] = None, on_stop: Optional[list[Callable[[], None]]] = None
+) -> None:
+    """Common set-up for the scheduler and detokenizer processes. `on_stop`: callables (the caller
+    may add to the list later) run before a requested stop exits, e.g. to flush queued trace spans."""
     import multiprocessing
 
     set_process_name(multiprocessing.current_process().name)  # "sglang-scheduler" -> ps: sglang-schedule
@@ -102,6 +105,11 @@ def prepare_child_process(parent_pid: int, ipc_dir: Optional[str] = None) -> Non
         if stop_requested(ipc_dir):
             # Nothing is left to flush (the server drained first); skipping interpreter teardown
             # (torch, the model) makes the stop take milliseconds instead of seconds.
+            for fn in on_stop or ():
+                try:
+                    fn()
+                except Exception:
+                    pass
             logging.shutdown()
             os._exit(0)
         logger.info("SIGTERM ignored: the server process finishes its requests first, then stops this one")
