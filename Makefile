@@ -7,14 +7,14 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 30000
 
-.PHONY: install serve lint test test-fast clean
+.PHONY: install serve lint test test-fast system-deps clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	# CPU build of torch, pinned; everything else from pyproject.
 	$(PIP) install -q "torch==2.13.0"
-	$(PIP) install -q -e ".[test]"
+	$(PIP) install -q -e ".[test,tracing]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -28,12 +28,24 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 
 # Everything: lint, unit tests and the end-to-end tests that start servers.
-test: lint
+test: lint system-deps
 	$(PY) -m pytest -q test
 
 # Seconds: lint and the unit tests (no test that starts a process; see the `slow` marker).
 test-fast: lint
 	$(PY) -m pytest -q test -m "not slow"
+
+# The systemd unit's test runs `systemd-analyze verify` (Debian's systemd package). Installed with apt
+# when missing and we are root (CI); otherwise that test fails and says how to install it.
+system-deps:
+	@if ! command -v systemd-analyze >/dev/null 2>&1; then \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	        echo "installing systemd (apt) for systemd-analyze"; \
+	        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null; \
+	    else \
+	        echo "warning: systemd-analyze is missing; the systemd unit test needs it: sudo apt-get install -y systemd"; \
+	    fi; \
+	fi
 
 clean:
 	rm -rf $(VENV) build python/*.egg-info

@@ -57,16 +57,37 @@ def serve(argv: Sequence[str], prog: str = "sglang serve") -> int:
         return 0
 
 
+def health(argv: Sequence[str]) -> int:
+    """`sglang health [serve flags]`: exit 0 when the local server's /health answers 200, else 1."""
+    try:
+        server_args = parse_serve_args(argv, prog="sglang health")
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    from sglang.srt.entrypoints.health_probe import check_health
+
+    healthy, detail = check_health(server_args)
+    print(detail, file=sys.stdout if healthy else sys.stderr)
+    return 0 if healthy else 1
+
+
+COMMANDS = {"serve": serve, "health": health}
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="sglang", description="sglang-embed command line.")
-    parser.add_argument("command", choices=["serve"], help="serve: run the HTTP server")
+    parser.add_argument(
+        "command",
+        choices=sorted(COMMANDS),
+        help="serve: run the HTTP server; health: probe a local server's /health (same flags / SGLANG_* variables)",
+    )
     if not argv or argv[0] in ("-h", "--help"):
         parser.print_help()
         return 0 if argv else 2
-    if argv[0] != "serve":
+    if argv[0] not in COMMANDS:
         parser.parse_args(argv[:1])  # prints the usage error and exits 2
-    return serve(argv[1:])
+    return COMMANDS[argv[0]](argv[1:])
 
 
 if __name__ == "__main__":

@@ -20,9 +20,13 @@ def _die_with_parent() -> None:
 
 
 class ServerProcess:
-    def __init__(self, *args: str, env: Optional[dict] = None, timeout: float = 180.0) -> None:
+    def __init__(
+        self, *args: str, env: Optional[dict] = None, timeout: float = 180.0, tls: Optional[dict] = None
+    ) -> None:
         self.port = get_free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
+        # tls: requests' keyword arguments for an HTTPS server (verify=CA file, cert=(cert, key)).
+        self.tls = tls
+        self.base_url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "sglang.launch_server", "--host", "127.0.0.1", "--port", str(self.port), *args]
         full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
         self.log_path = f"/tmp/sglang-test-server-{self.port}.log"
@@ -45,7 +49,7 @@ class ServerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
             try:
-                if requests.get(self.base_url + "/health", timeout=1).status_code == 200:
+                if requests.get(self.base_url + "/health", timeout=1, **(self.tls or {})).status_code == 200:
                     return
             except requests.RequestException:
                 pass

@@ -25,6 +25,8 @@ from typing import Optional
 
 import torch
 
+from sglang.srt.layers.attention.portable_kernels import compile_levels, find_prebuilt, prebuilt_dir
+
 logger = logging.getLogger(__name__)
 
 CSRC = Path(__file__).with_name("csrc")
@@ -94,6 +96,10 @@ def build_kernel(
         return BuildResult(target)
     cc = find_compiler()
     if cc is None:
+        # An image built with a compiler and run without one: its portable builds (portable_kernels.py).
+        prebuilt = find_prebuilt(sources[0].stem, code, BASE_FLAGS)
+        if prebuilt is not None:
+            return BuildResult(prebuilt)
         return BuildResult(None, "no C compiler found (set CC, or install gcc or clang)")
     errors = []
     for arch in ARCH_FLAG_CHOICES:
@@ -269,3 +275,41 @@ def load_kernel() -> tuple[Optional[VarlenAttentionKernel], str]:
         return VarlenAttentionKernel(built.path), ""
     except OSError as e:
         return None, f"loading {built.path} failed ({e})"
+
+
+def prebuild(directory: Optional[Path] = None) -> list[Path]:
+    """Compile the kernel at every portable level into `directory` (default: $SGLANG_KERNEL_PREBUILT,
+    else the package's prebuilt/ folder), for images that run without a compiler. Raises when none builds."""
+    directory = directory or prebuilt_dir()
+    cc = find_compiler()
+    if cc is None:
+        raise RuntimeError("no C compiler found (set CC, or install gcc or clang)")
+    code = b"\0".join(f.read_bytes() for f in (*SOURCES, *HEADERS))
+    built, failed = compile_levels(cc, BASE_FLAGS, SOURCES, code, directory, BUILD_TIMEOUT_S)
+    for why in failed:
+        logger.warning("portable CPU attention kernel not built for %s", why)
+    if not built:
+        raise RuntimeError("no portable build of the CPU attention kernel succeeded: " + "; ".join(failed))
+    return built
+
+
+if __name__ == "__main__":  # python -m sglang.srt.layers.attention.cpu_kernel_loader --prebuild [DIR]
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Build the CPU attention kernel (images: --prebuild).")
+    parser.add_argument(
+        "--prebuild",
+        nargs="?",
+        const="",
+        metavar="DIR",
+        help="Compile portable builds for every CPU level (default DIR: $SGLANG_KERNEL_PREBUILT, "
+        "else the package's prebuilt/ folder).",
+    )
+    cli = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if cli.prebuild is not None:
+        for path in prebuild(Path(cli.prebuild) if cli.prebuild else None):
+            print(path)
+    else:
+        result = build_kernel()
+        print(result.path or result.reason)
