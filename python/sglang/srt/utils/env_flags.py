@@ -168,6 +168,11 @@ def read_env(
     return found
 
 
+class _FromEnv:
+    """Stands on the namespace for a variable's value: still there after parsing means the command
+    line did not set the flag (identity, so a flag equal to its variable's value still counts as given)."""
+
+
 def parse_with_env(
     parser: argparse.ArgumentParser,
     argv: Sequence[str],
@@ -179,17 +184,22 @@ def parse_with_env(
     Returns the namespace and {dest: variable} of the values that came from the environment.
     """
     found = read_env(parser, environ, strict)
+    counts = {a.dest for a in parser._actions if isinstance(a, argparse._CountAction)}
     # argparse leaves attributes already on the namespace alone unless the command line sets them.
-    namespace = argparse.Namespace(**{dest: value for dest, (_, value) in found.items()})
-    args = parser.parse_args(list(argv), namespace=namespace)
+    # Lists and counts are added to by the command line, so they go in as themselves.
+    markers = {
+        dest: value if isinstance(value, _EnvList) or dest in counts else _FromEnv()
+        for dest, (_, value) in found.items()
+    }
+    args = parser.parse_args(list(argv), namespace=argparse.Namespace(**markers))
     used: dict[str, str] = {}
     for dest, (var, value) in found.items():
         got = getattr(args, dest)
-        if got is value:
+        if got is markers[dest]:
+            setattr(args, dest, list(value) if isinstance(value, _EnvList) else value)
             used[dest] = var
-        if isinstance(got, _EnvList):
-            # Untouched: the variable's items; appended to: only the command line's.
-            setattr(args, dest, list(got) if got is value else list(got[len(value) :]))
+        elif isinstance(got, _EnvList):  # appended to: only the command line's items
+            setattr(args, dest, list(got[len(value) :]))
     return args, used
 
 

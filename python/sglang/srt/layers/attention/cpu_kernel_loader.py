@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 
@@ -277,38 +277,52 @@ def load_kernel() -> tuple[Optional[VarlenAttentionKernel], str]:
         return None, f"loading {built.path} failed ({e})"
 
 
-def prebuild(directory: Optional[Path] = None) -> list[Path]:
-    """Compile the kernel at every portable level into `directory` (default: $SGLANG_KERNEL_PREBUILT,
-    else the package's prebuilt/ folder), for images that run without a compiler. Raises when none builds."""
+KernelSources = tuple[tuple[Path, ...], tuple[Path, ...]]  # (C sources, headers) of one kernel
+
+
+def prebuild(directory: Optional[Path] = None, kernels: Sequence[KernelSources] = ((SOURCES, HEADERS),)) -> list[Path]:
+    """Compile each kernel ((sources, headers)) at every portable level into `directory` (default:
+    $SGLANG_KERNEL_PREBUILT, else the package's prebuilt/ folder), for images that run without a
+    compiler. Raises when a kernel builds at no level."""
     directory = directory or prebuilt_dir()
     cc = find_compiler()
     if cc is None:
         raise RuntimeError("no C compiler found (set CC, or install gcc or clang)")
-    code = b"\0".join(f.read_bytes() for f in (*SOURCES, *HEADERS))
-    built, failed = compile_levels(cc, BASE_FLAGS, SOURCES, code, directory, BUILD_TIMEOUT_S)
-    for why in failed:
-        logger.warning("portable CPU attention kernel not built for %s", why)
-    if not built:
-        raise RuntimeError("no portable build of the CPU attention kernel succeeded: " + "; ".join(failed))
-    return built
+    out: list[Path] = []
+    for sources, headers in kernels:
+        code = b"\0".join(f.read_bytes() for f in (*sources, *headers))
+        built, failed = compile_levels(cc, BASE_FLAGS, sources, code, directory, BUILD_TIMEOUT_S)
+        for why in failed:
+            logger.warning("portable build of %s not made for %s", sources[0].name, why)
+        if not built:
+            raise RuntimeError(f"no portable build of {sources[0].name} succeeded: " + "; ".join(failed))
+        out.extend(built)
+    return out
+
+
+def all_kernels() -> list[KernelSources]:
+    """Every C kernel the package compiles: the attention kernel and the int8 layers' row kernel."""
+    from sglang.srt.layers.int8_rows_kernel import SOURCE as INT8_ROWS_SOURCE  # it imports this module
+
+    return [(SOURCES, HEADERS), ((INT8_ROWS_SOURCE,), ())]
 
 
 if __name__ == "__main__":  # python -m sglang.srt.layers.attention.cpu_kernel_loader --prebuild [DIR]
     import argparse
 
-    parser = argparse.ArgumentParser(description="Build the CPU attention kernel (images: --prebuild).")
+    parser = argparse.ArgumentParser(description="Build the CPU kernels (images: --prebuild).")
     parser.add_argument(
         "--prebuild",
         nargs="?",
         const="",
         metavar="DIR",
-        help="Compile portable builds for every CPU level (default DIR: $SGLANG_KERNEL_PREBUILT, "
-        "else the package's prebuilt/ folder).",
+        help="Compile portable builds of every CPU kernel for every CPU level (default DIR: "
+        "$SGLANG_KERNEL_PREBUILT, else the package's prebuilt/ folder).",
     )
     cli = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if cli.prebuild is not None:
-        for path in prebuild(Path(cli.prebuild) if cli.prebuild else None):
+        for path in prebuild(Path(cli.prebuild) if cli.prebuild else None, all_kernels()):
             print(path)
     else:
         result = build_kernel()
