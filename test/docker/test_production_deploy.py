@@ -26,7 +26,7 @@ UNIT = ROOT / "docker" / "systemd" / "sglang-embed.service"
 UNIT_ENV = ROOT / "docker" / "systemd" / "sglang-embed.env"
 NOT_FLAGS = {"SGLANG_KERNEL_PREBUILT", "SGLANG_KERNEL_CACHE"}  # read by cpu_kernel_loader / portable_kernels
 COMPILERS = ("gcc", "g++", "clang", "build-essential", "cc ")
-PREBUILD = "python -m sglang.srt.layers.attention.cpu_kernel_loader --prebuild"
+PREBUILD = "python -m sglang.srt.layers.prebuild_kernels"
 
 
 def _stages(path: Path) -> list[list[tuple[str, str]]]:

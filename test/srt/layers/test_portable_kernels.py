@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from sglang.srt.layers import prebuild_kernels
 from sglang.srt.layers.attention import cpu_kernel_loader as loader
 from sglang.srt.layers.attention import portable_kernels as pk
+from sglang.srt.layers.int8_rows_kernel import load_int8_rows_kernel
 
 AVX2_FMA = pk._V3  # this machine: AVX2 + FMA, no AVX-512
 AVX512_BF16 = pk._V4 | {"avx512_bf16"}
@@ -35,15 +37,18 @@ def test_prebuilt_kernel_loads_where_no_compiler_is(monkeypatch, tmp_path):
     flags = pk.cpu_flags()
     best = pk.supported_levels(flags)[0]
     monkeypatch.setattr(pk, "levels_for", lambda machine=None: (best,))  # one level keeps the test short
-    built = loader.prebuild(tmp_path / "prebuilt")
-    assert [p.name for p in built] == [p.name for p in (tmp_path / "prebuilt").iterdir()]  # no temporaries
+    assert prebuild_kernels.main([str(tmp_path / "prebuilt")]) == 0  # what the images run
+    built = sorted((tmp_path / "prebuilt").iterdir())
+    assert [p.name.split("-")[0] for p in built] == ["int8_rows", "varlen_attention"]  # no temporaries
     monkeypatch.setenv("SGLANG_KERNEL_PREBUILT", str(tmp_path / "prebuilt"))
     monkeypatch.setenv("SGLANG_KERNEL_CACHE", str(tmp_path / "empty-cache"))
     monkeypatch.setattr(loader, "find_compiler", lambda: None)
     result = loader.build_kernel()
-    assert result.path == built[0], result.reason
+    assert result.path == built[1], result.reason
     kernel, why = loader.load_kernel()
     assert kernel is not None, why
+    int8_kernel, why = load_int8_rows_kernel()
+    assert int8_kernel is not None, why
     # A CPU that can run none of the builds, or a changed kernel source, finds nothing.
     monkeypatch.setattr(pk, "cpu_flags", lambda: frozenset())
     if best.needs:

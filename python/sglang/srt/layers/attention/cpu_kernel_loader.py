@@ -298,32 +298,3 @@ def prebuild(directory: Optional[Path] = None, kernels: Sequence[KernelSources] 
             raise RuntimeError(f"no portable build of {sources[0].name} succeeded: " + "; ".join(failed))
         out.extend(built)
     return out
-
-
-def all_kernels() -> list[KernelSources]:
-    """Every C kernel the package compiles: the attention kernel and the int8 layers' row kernel."""
-    from sglang.srt.layers.int8_rows_kernel import SOURCE as INT8_ROWS_SOURCE  # it imports this module
-
-    return [(SOURCES, HEADERS), ((INT8_ROWS_SOURCE,), ())]
-
-
-if __name__ == "__main__":  # python -m sglang.srt.layers.attention.cpu_kernel_loader --prebuild [DIR]
-    import argparse
-
-    parser = argparse.ArgumentParser(description="Build the CPU kernels (images: --prebuild).")
-    parser.add_argument(
-        "--prebuild",
-        nargs="?",
-        const="",
-        metavar="DIR",
-        help="Compile portable builds of every CPU kernel for every CPU level (default DIR: "
-        "$SGLANG_KERNEL_PREBUILT, else the package's prebuilt/ folder).",
-    )
-    cli = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if cli.prebuild is not None:
-        for path in prebuild(Path(cli.prebuild) if cli.prebuild else None, all_kernels()):
-            print(path)
-    else:
-        result = build_kernel()
-        print(result.path or result.reason)
