@@ -1,5 +1,6 @@
 """Test images made with PIL, data URIs, a PNG whose header claims a huge size, and a local HTTP
-server (127.0.0.1, in a thread) that serves images, redirects, slow and oversized answers."""
+server (127.0.0.1 or another loopback address, in a thread) that serves images, redirects, slow,
+dripping and oversized answers, and counts the connections it is serving."""
 
 from __future__ import annotations
 
@@ -44,15 +45,36 @@ def png_claiming_size(width: int, height: int) -> bytes:
     return png[:ihdr_at] + struct.pack(">I", 13) + chunk + struct.pack(">I", zlib.crc32(chunk)) + png[ihdr_at + 25 :]
 
 
+def blank_png(width: int, height: int) -> bytes:
+    """A fully transparent RGBA PNG, compressed row by row: 8000 x 8000 is ~250 KB, made in a
+    second, and decodes to 256 MB (the issue's memory probe)."""
+    raw = zlib.compressobj(9)
+    row = b"\0" * (1 + 4 * width)  # filter byte, then RGBA zeros
+    idat = b"".join(raw.compress(row) for _ in range(height)) + raw.flush()
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 6, 0, 0, 0)  # 8-bit RGBA
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+
+
 # A route's answer: bytes (200, image/png), ("redirect", location), ("slow", seconds, bytes),
 # ("stream", n_bytes) without Content-Length, ("declare", n_bytes) with a Content-Length it never
-# sends, or an int status with an empty body.
+# sends, ("drip", seconds, n_bytes): headers, then one byte every `seconds` (an attacker's
+# host), ("drip_headers", seconds): the status line one byte at a time, ("stall", n_bytes,
+# seconds): n_bytes of a longer body, then nothing for `seconds`, or an int status with an empty
+# body.
 Route = Union[bytes, tuple, int]
 
 
 class ImageServer:
-    def __init__(self, routes: dict[str, Route]) -> None:
+    def __init__(self, routes: dict[str, Route], host: str = "127.0.0.1") -> None:
         self.routes = routes
+        self.host = host
+        self.open_connections = 0  # requests being answered right now
+        self.requests: list[tuple[str, str]] = []  # (path, Host header) of every request
+        self._lock = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -60,16 +82,23 @@ class ImageServer:
                 pass
 
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-                server.handle(self)
+                with server._lock:
+                    server.open_connections += 1
+                    server.requests.append((self.path, self.headers.get("Host", "")))
+                try:
+                    server.handle(self)
+                finally:
+                    with server._lock:
+                        server.open_connections -= 1
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer((host, 0), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+    def url(self, path: str, host: str = "") -> str:
+        return f"http://{host or self.host}:{self.port}{path}"
 
     def handle(self, h: BaseHTTPRequestHandler) -> None:
         answer = self.routes.get(h.path.split("?")[0], 404)
@@ -83,6 +112,21 @@ class ImageServer:
             h.send_header("Location", answer[1])
             h.send_header("Content-Length", "0")
             h.end_headers()
+            return
+        if isinstance(answer, tuple) and answer[0] in ("drip", "drip_headers"):
+            _drip(h, answer)
+            return
+        if isinstance(answer, tuple) and answer[0] == "stall":
+            h.send_response(200)
+            h.send_header("Content-Length", str(answer[1] + 1))
+            h.end_headers()
+            try:
+                h.wfile.write(b"\0" * answer[1])
+                h.wfile.flush()
+                time.sleep(answer[2])
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            h.close_connection = True
             return
         if isinstance(answer, tuple) and answer[0] == "slow":
             time.sleep(answer[1])
@@ -108,6 +152,13 @@ class ImageServer:
         except (BrokenPipeError, ConnectionResetError):
             pass
 
+    def wait_idle(self, timeout: float) -> bool:
+        """Whether every connection being served has ended within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while self.open_connections and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.open_connections == 0
+
     def stop(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
@@ -117,3 +168,24 @@ class ImageServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _drip(h: BaseHTTPRequestHandler, answer: tuple) -> None:
+    """Send slowly until the client goes away (a write then fails) or the answer is done."""
+    interval = answer[1]
+    if answer[0] == "drip":
+        head = f"HTTP/1.1 200 OK\r\nContent-Type: image/png\r\nContent-Length: {answer[2]}\r\n\r\n".encode()
+        body = b"\0" * answer[2]
+    else:
+        head, body = b"HTTP/1.1 200 OK\r\nContent-Type: image/png\r\n" + b"X-Pad: y\r\n" * 1000, b""
+    try:
+        if answer[0] == "drip":
+            h.wfile.write(head)
+            h.wfile.flush()
+        for i in range(len(head) if answer[0] == "drip_headers" else len(body)):
+            time.sleep(interval)
+            h.wfile.write((head if answer[0] == "drip_headers" else body)[i : i + 1])
+            h.wfile.flush()
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    h.close_connection = True

@@ -120,6 +120,12 @@ class ServerArgs:
     mm_max_pixels: Optional[int] = None
     mm_image_timeout: float = 10.0
     mm_max_image_bytes: int = 20 * 1024 * 1024
+    mm_max_image_pixels: Optional[int] = None  # None: 4x the processor's max pixels, at least 7680x4320
+    mm_max_bytes_in_flight: int = 1024 * 1024 * 1024
+    mm_fetch_concurrency: int = 64
+    mm_allowed_url_hosts: list[str] = field(default_factory=list)  # empty: any public host
+    mm_allow_private_urls: bool = False
+    mm_disable_url_fetch: bool = False
 
     # Filled in by __post_init__
     model_override_args: dict = field(default_factory=dict, init=False, repr=False)
@@ -224,7 +230,13 @@ class ServerArgs:
             self.allowed_local_media_path = os.path.abspath(os.path.expanduser(self.allowed_local_media_path))
             if not os.path.isdir(self.allowed_local_media_path):
                 raise ConfigError(f"--allowed-local-media-path {self.allowed_local_media_path} is not a directory")
-        for name in ("mm_min_pixels", "mm_max_pixels", "mm_max_image_bytes"):
+        hosts = [h.strip() for item in self.mm_allowed_url_hosts for h in item.split(",")]
+        self.mm_allowed_url_hosts = [h for h in hosts if h]
+        for host in self.mm_allowed_url_hosts:
+            if "/" in host or host.count(":") == 1 or not host.isprintable():
+                raise ConfigError(f"--mm-allowed-url-hosts takes host names or addresses, not URLs: {host!r}")
+        names = ("mm_min_pixels", "mm_max_pixels", "mm_max_image_bytes", "mm_max_image_pixels")
+        for name in names + ("mm_max_bytes_in_flight", "mm_fetch_concurrency"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
         if self.mm_min_pixels and self.mm_max_pixels and self.mm_min_pixels > self.mm_max_pixels:
@@ -388,6 +400,22 @@ class ServerArgs:
                        help="Seconds to fetch one image URL, redirects included.")
         g.add_argument("--mm-max-image-bytes", type=int, default=d["mm_max_image_bytes"].default,
                        help="Largest encoded image (URL, data URI, base64 or file).")
+        g.add_argument("--mm-max-image-pixels", type=int, default=None,
+                       help="Largest image (width x height, read from its header before decoding). "
+                            "Default: 4x the model's --mm-max-pixels, at least 7680x4320.")
+        g.add_argument("--mm-max-bytes-in-flight", type=int, default=d["mm_max_bytes_in_flight"].default,
+                       help="Image bytes (encoded, decoding, preprocessed) one HTTP process holds at once; "
+                            "over it a request gets 429.")
+        g.add_argument("--mm-fetch-concurrency", type=int, default=d["mm_fetch_concurrency"].default,
+                       help="Image URLs one HTTP process fetches at once; one request uses at most a quarter.")
+        g.add_argument("--mm-allowed-url-hosts", action="append", default=[], metavar="HOST",
+                       help="Fetch image URLs only from these hosts (repeat or comma-separate; "
+                            "'.example.com' adds subdomains). Default: any public host.")
+        g.add_argument("--mm-allow-private-urls", action="store_true",
+                       help="Also fetch image URLs on loopback, private, link-local and other non-public "
+                            "addresses (refused by default).")
+        g.add_argument("--mm-disable-url-fetch", action="store_true",
+                       help="Refuse image URLs; only data URIs, base64 and allowed local files.")
     # fmt: on
 
     @classmethod

@@ -108,6 +108,28 @@ def test_server_args_multimodal_validation(tmp_path):
         ServerArgs(model_path="/tmp", mm_image_timeout=0)
     args = ServerArgs(model_path="/tmp", allowed_local_media_path=str(tmp_path), chat_template="gme-qwen2-vl")
     assert args.allowed_local_media_path == str(tmp_path)
+    for name in ("mm_max_image_pixels", "mm_max_bytes_in_flight", "mm_fetch_concurrency"):
+        with pytest.raises(ConfigError, match=f"--{name.replace('_', '-')} must be at least 1"):
+            ServerArgs(model_path="/tmp", **{name: 0})
+    with pytest.raises(ConfigError, match="host names or addresses, not URLs"):
+        ServerArgs(model_path="/tmp", mm_allowed_url_hosts=["https://images.example.com"])
+    with pytest.raises(ConfigError, match="not URLs"):
+        ServerArgs(model_path="/tmp", mm_allowed_url_hosts=["images.example.com:8080"])
+
+
+def test_image_url_flags_default_to_public_hosts_only():
+    from sglang.cli import build_serve_parser
+
+    def parse(*argv):
+        return ServerArgs.from_cli_args(build_serve_parser().parse_args(["--model-path", "/tmp", *argv]))
+
+    a = parse()
+    assert (a.mm_allowed_url_hosts, a.mm_allow_private_urls, a.mm_disable_url_fetch) == ([], False, False)
+    assert a.mm_max_image_pixels is None and a.mm_max_bytes_in_flight == 1 << 30 and a.mm_fetch_concurrency == 64
+    a = parse("--mm-allowed-url-hosts", "a.example, .b.example", "--mm-allowed-url-hosts", "::1")
+    assert a.mm_allowed_url_hosts == ["a.example", ".b.example", "::1"]
+    a = parse("--mm-allow-private-urls", "--mm-disable-url-fetch", "--mm-max-image-pixels", "1000")
+    assert a.mm_allow_private_urls and a.mm_disable_url_fetch and a.mm_max_image_pixels == 1000
 
 
 # ----- token bookkeeping -----
@@ -241,14 +263,28 @@ def test_prepared_items_expand_and_position(gme_dir):
             "Item 0: the input (50 tokens, 8 of them for the image) is longer than the server's per-batch token budget",
         ),
         (
-            [
-                MultimodalItem("ok"),
-                MultimodalItem(image="data:image/png;base64,aGk="),
-                MultimodalItem(image="nope.png"),
-            ],
+            [MultimodalItem("ok"), MultimodalItem(image="data:image/png;base64,aGk="), MultimodalItem(image=PNG)],
             {},
             {},
             "Item 1: could not load image: the data is not a PNG, JPEG, WebP or GIF image",
+        ),
+        (
+            [MultimodalItem(image="http://example.com/cat.png")],
+            {},
+            {"mm_disable_url_fetch": True},
+            "Item 0: image URLs are disabled on this server (--mm-disable-url-fetch)",
+        ),
+        (
+            [MultimodalItem(image="cat.png\x00")],
+            {},
+            {},
+            "Item 0: could not load image: the image string contains a NUL",
+        ),
+        (  # what the image strings alone can tell is checked for every item before any loading
+            [MultimodalItem(image="data:image/png;base64,aGk="), MultimodalItem(image="nope.png")],
+            {},
+            {},
+            "Item 1: could not load image: local file paths are disabled",
         ),
         (
             [MultimodalItem(image="/etc/hostname.png")],
@@ -273,9 +309,9 @@ def test_text_only_model_without_template_embeds_text_items_as_plain_strings(gme
 
 @pytest.mark.slow
 def test_image_loading_leaves_the_event_loop_free(gme_dir):
-    """While a slow image URL loads (in the pool), other coroutines keep running on the loop."""
+    """While a slow image URL loads, other coroutines keep running on the loop."""
     with ImageServer({"/slow.png": ("slow", 0.6, encode_image(gradient_image(40, 40)))}) as server:
-        prep = _preparer(gme_dir)
+        prep = _preparer(gme_dir, mm_allow_private_urls=True)  # the test's image host is on loopback
 
         async def scenario() -> tuple[int, float]:
             ticks = 0

@@ -1,19 +1,18 @@
 """`{"text", "image"}` request items -> token ids, pixel patches and M-RoPE positions.
 
 Called by TokenizerManager.embed for requests whose input is a list of objects; plain strings and
-token ids never come here. Per request: every item is rendered through the chat template and the
-prompts are tokenized in one call on the event loop (as the text path does), while each item's
-image is fetched in one thread pool and decoded and preprocessed in another, all items at once.
-A failing item fails its own request (INVALID_REQUEST) with a message that names the item;
-nothing reaches the scheduler then.
+token ids never come here. Per request: every image string is checked first (a malformed one is
+refused before any work), every item is rendered through the chat template and the prompts are
+tokenized in one call on the event loop (as the text path does), while the images load
+(image_loader.py). A failing item fails its own request with a message that names the item
+(400; 429 when the process's image memory is full); nothing reaches the scheduler then. An image
+URL that fails gets one generic message, its reason goes to the log.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -23,7 +22,20 @@ from sglang.srt.configs.chat_template import PromptTemplate, load_chat_template
 from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import MultimodalItem, TokenizedEmbeddingReqInput
-from sglang.srt.managers.multimodal.image_fetch import ImageFetchLimits, ImageLoadError, decode_image, read_image_bytes
+from sglang.srt.managers.multimodal.image_errors import (
+    URL_FAILED_MESSAGE,
+    FetchFailed,
+    ImageLoadError,
+    ImageMemoryFull,
+)
+from sglang.srt.managers.multimodal.image_loader import ImageLoader, ImageResult, LoadFailed
+from sglang.srt.managers.multimodal.image_source import (
+    LOCAL_FILES_DISABLED,
+    FileSource,
+    ImageSource,
+    UrlSource,
+    parse_image_source,
+)
 from sglang.srt.managers.multimodal.processors import (
     Qwen2VLImages,
     expand_image_tokens,
@@ -33,12 +45,6 @@ from sglang.srt.managers.multimodal.processors import (
 from sglang.srt.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
-
-# Fetching (URLs, files, base64) mostly waits on sockets and disks: many threads, so slow image
-# hosts do not queue behind each other. Decoding and preprocessing use the CPU: a few threads
-# (Pillow and numpy release the GIL for the heavy parts; more would take turns with the event loop).
-FETCH_WORKERS = 32
-PROCESS_WORKERS = max(1, min(4, os.cpu_count() or 1))
 
 
 @dataclass
@@ -63,55 +69,52 @@ class MultimodalPreparer:
         self.max_num_tokens = server_args.max_num_tokens
         vision = model_info.vision
         self.images: Optional[Qwen2VLImages] = None
+        self.loader: Optional[ImageLoader] = None
         if vision is not None:
             self.images = Qwen2VLImages(vision.model_dir, server_args.mm_min_pixels, server_args.mm_max_pixels)
             self.image_token_id = vision.image_token_id
             self.merge_size = vision.spatial_merge_size
-        self.limits = ImageFetchLimits(
-            timeout=server_args.mm_image_timeout,
-            max_bytes=server_args.mm_max_image_bytes,
-            allowed_local_dir=server_args.allowed_local_media_path,
-        )
-        self._pools: Optional[tuple[ThreadPoolExecutor, ThreadPoolExecutor]] = None
-
-    @property
-    def pools(self) -> tuple[ThreadPoolExecutor, ThreadPoolExecutor]:
-        """(fetch, process) thread pools, started with the first image."""
-        if self._pools is None:
-            self._pools = (
-                ThreadPoolExecutor(FETCH_WORKERS, thread_name_prefix="sglang-image-fetch"),
-                ThreadPoolExecutor(PROCESS_WORKERS, thread_name_prefix="sglang-image-process"),
-            )
-        return self._pools
+            self.loader = ImageLoader(server_args, self.images)
 
     def close(self) -> None:
-        for pool in self._pools or ():
-            pool.shutdown(wait=False, cancel_futures=True)
+        if self.loader is not None:
+            self.loader.close()
 
     # ----- the request path -----
     async def prepare(self, items: Sequence[MultimodalItem]) -> list[PreparedItem]:
         if not items:
             raise EmbeddingError(ErrorKind.INVALID_REQUEST, "Input cannot be empty.", param="input")
         prompts = [self._render(i, item) for i, item in enumerate(items)]
-        loads = {
-            i: asyncio.ensure_future(self._load(item.image)) for i, item in enumerate(items) if item.image is not None
-        }
+        sources = {i: self._source(i, item.image) for i, item in enumerate(items) if item.image is not None}
+        loads = asyncio.ensure_future(self.loader.load_all(sources)) if sources else None
         try:
             ids = self._tokenize(prompts)
-        finally:
-            results = await asyncio.gather(*loads.values(), return_exceptions=True) if loads else []
-        images = dict(zip(loads, results))
-        for i in sorted(images):  # the first failing item, by index
-            err = images[i]
-            if isinstance(err, ImageLoadError):
-                raise item_error(i, f"could not load image: {err}")
-            if isinstance(err, BaseException):  # a bug on our side, not a bad image
-                logger.error("image preprocessing of item %d failed: %r", i, err)
-                raise EmbeddingError(
-                    ErrorKind.INTERNAL,
-                    f"Item {i}: internal error while processing the image: {type(err).__name__}: {err}",
-                )
+        except BaseException:
+            if loads is not None:  # stop the loads and let them give their memory back
+                loads.cancel()
+                await asyncio.gather(loads, return_exceptions=True)
+            raise
+        images = await self._images(loads) if loads is not None else {}
         return [self._finish(i, ids[i], images.get(i)) for i in range(len(items))]
+
+    def _source(self, index: int, image: str) -> ImageSource:
+        try:
+            source = parse_image_source(image)
+        except ImageLoadError as e:
+            raise item_error(index, f"could not load image: {e}") from None
+        if isinstance(source, UrlSource) and not self.loader.urls_enabled:
+            raise item_error(
+                index, "image URLs are disabled on this server (--mm-disable-url-fetch); send a data URI or base64"
+            )
+        if isinstance(source, FileSource) and self.loader.allowed_local_dir is None:
+            raise item_error(index, f"could not load image: {LOCAL_FILES_DISABLED}")
+        return source
+
+    async def _images(self, loads: "asyncio.Future[dict[int, ImageResult]]") -> dict[int, ImageResult]:
+        try:
+            return await loads
+        except LoadFailed as failed:
+            raise _load_error(failed) from None
 
     def _render(self, index: int, item: MultimodalItem) -> str:
         if item.image is None and not (item.text and item.text.strip()):
@@ -142,20 +145,6 @@ class MultimodalPreparer:
             prompts, add_special_tokens=self.template is None, return_attention_mask=False, return_token_type_ids=False
         )
         return [np.asarray(x, dtype=np.int32) for x in enc["input_ids"]]
-
-    async def _load(self, source: str) -> tuple[np.ndarray, np.ndarray]:
-        """Fetch one image in the fetch pool, then decode, resize and patchify it in the process pool."""
-        loop = asyncio.get_running_loop()
-        fetch, process = self.pools
-        data = await loop.run_in_executor(fetch, read_image_bytes, source, self.limits)
-        return await loop.run_in_executor(process, self._process, data)
-
-    def _process(self, data: bytes) -> tuple[np.ndarray, np.ndarray]:
-        image = decode_image(data, self.limits)
-        try:
-            return self.images(image)
-        except ValueError as e:  # e.g. an aspect ratio over 200
-            raise ImageLoadError(f"cannot preprocess it: {e}") from None
 
     def _finish(self, index: int, ids: np.ndarray, image: Optional[tuple[np.ndarray, np.ndarray]]) -> PreparedItem:
         placeholders = int(np.count_nonzero(ids == self.image_token_id)) if self.images is not None else 0
@@ -190,6 +179,31 @@ class MultimodalPreparer:
                 f"token budget (--max-num-tokens {self.max_num_tokens}).",
             )
         return out
+
+
+def _load_error(failed: LoadFailed) -> EmbeddingError:
+    """The client's error for a failed image (a URL's reason is only logged)."""
+    i, err = failed.index, failed.error
+    if isinstance(err, ImageMemoryFull):
+        if err.own_request:
+            return item_error(
+                i,
+                f"the request's images need more than --mm-max-bytes-in-flight ({err.limit} bytes) at once; "
+                "send fewer or smaller images per request.",
+            )
+        return EmbeddingError(
+            ErrorKind.QUEUE_FULL,
+            f"Item {i}: the server is holding too many images right now (--mm-max-bytes-in-flight); retry later.",
+            param="input",
+        )
+    if failed.from_url and isinstance(err, (FetchFailed, ImageLoadError)):
+        logger.info("image URL of item %d failed: %s", i, err)
+        return item_error(i, f"could not load image: {URL_FAILED_MESSAGE}")
+    if isinstance(err, ImageLoadError):
+        return item_error(i, f"could not load image: {err}")
+    logger.error("image preprocessing of item %d failed: %r", i, err)  # a bug on our side, not a bad image
+    kind = type(err).__name__
+    return EmbeddingError(ErrorKind.INTERNAL, f"Item {i}: internal error while processing the image ({kind})")
 
 
 def attach(reqs: Sequence[TokenizedEmbeddingReqInput], prepared: Sequence[PreparedItem]) -> None:

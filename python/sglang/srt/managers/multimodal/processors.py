@@ -37,15 +37,38 @@ class Qwen2VLImages:
                     "a Qwen2-VL one (it has no patch_size / merge_size / temporal_patch_size)"
                 )
         self.merge_size = int(self.processor.merge_size)
+        self.resize_factor = int(self.processor.patch_size) * self.merge_size
         self.min_pixels, self.max_pixels = _pixel_range(self.processor)
         if self.min_pixels > self.max_pixels:
             raise ConfigError(f"--mm-min-pixels {self.min_pixels} is above --mm-max-pixels {self.max_pixels}")
+        self._smart_resize = _find_smart_resize()
+
+    def target_size(self, height: int, width: int) -> tuple[int, int]:
+        """(height, width) the processor resizes an image of this size to (ValueError if it cannot)."""
+        return self._smart_resize(
+            height, width, factor=self.resize_factor, min_pixels=self.min_pixels, max_pixels=self.max_pixels
+        )
 
     def __call__(self, image) -> tuple[np.ndarray, np.ndarray]:
         """An RGB PIL image -> (pixel_values float32 [patches, C * T * P * P], grid_thw int64 [1, 3])."""
         out = self.processor(images=[image], return_tensors="np")
         pixels = np.ascontiguousarray(out["pixel_values"], dtype=np.float32)
         return pixels, np.asarray(out["image_grid_thw"], dtype=np.int64).reshape(-1, 3)
+
+
+def _find_smart_resize():
+    """transformers' own Qwen2-VL resize rule (its module moved between releases)."""
+    import importlib
+
+    for module in (
+        "transformers.models.qwen2_vl.image_processing_pil_qwen2_vl",
+        "transformers.models.qwen2_vl.image_processing_qwen2_vl",
+    ):
+        try:
+            return importlib.import_module(module).smart_resize
+        except (ImportError, AttributeError):
+            continue
+    raise ConfigError("this transformers release has no Qwen2-VL smart_resize; install transformers>=4.45")
 
 
 def _pixel_range(processor) -> tuple[int, int]:

@@ -1,0 +1,273 @@
+"""Hostile image inputs (issue 15, items 1-4) against live GME servers on loopback: tried / failed.
+
+    python benchmark/hostile_inputs/images.py            # builds a tiny random GME, starts its servers
+    python benchmark/hostile_inputs/images.py --memory   # also: HTTP-process RSS around 4 x 8000x8000 PNGs
+
+Two servers of a tiny random GME-shaped checkpoint (test/helpers/tiny_models.build_tiny_gme):
+`default` with no image flags, and `open` that allows loopback image URLs (the dripping attacker
+host and the victim's image host both live on 127.0.0.1 here) with a 2 s fetch deadline, 8 fetch
+slots and a media directory. An HTTP image host in this process plays every remote party. With
+--memory a third server raises --mm-max-image-pixels so that the issue's 8000x8000 PNGs are
+decoded rather than refused, and the script prints the HTTP process's RSS before, at its peak and
+after. Every request has a timeout; exit status 1 when a probe failed.
+
+`run(ctx)` is the hook for the hostile-input runner (`python -m benchmark.hostile_inputs`): the
+runner's own server serves a text model, so this area starts its GME servers itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from test.helpers.images import ImageServer, blank_png, data_uri, encode_image, gradient_image  # noqa: E402
+from test.helpers.server import ServerProcess  # noqa: E402
+from test.helpers.tiny_models import build_tiny_gme  # noqa: E402
+
+try:  # the runner's result type, when the runner is there
+    from benchmark.hostile_inputs.common import Result  # type: ignore
+except ImportError:
+
+    @dataclass
+    class Result:  # type: ignore[no-redef]
+        area: str
+        probe: str
+        ok: bool
+        detail: str = ""
+
+
+AREA = "images"
+URL_FAILED = "could not load the image URL (the server log has the reason)"
+FETCH_TIMEOUT = 2.0
+PNG = encode_image(gradient_image(100, 60, seed=1))
+MALFORMED = [
+    "ok.png\u0000",
+    "file:///%00",
+    "http://example.com/a b.png",
+    "http://example.com/\u0001.png",
+    "http://[::1/x",
+    "http://example.com:99999/x.png",
+    "cat\ud800.png",
+    "http://example.com/\udc00.png",
+    "/" + "a" * 5000 + ".png",
+    "x/" + "b" * 300 + ".png",
+    "http://example.com/" + "c" * 9000,
+    "file://other-host/etc/passwd",
+    "../../../../etc/passwd.png",
+    "http://user:pw@example.com/a.png",
+]
+LOOPBACK_SPELLINGS = ["127.0.0.1", "localhost", "127.1", "2130706433", "0x7f.0.0.1", "[::1]", "[::ffff:127.0.0.1]"]
+
+
+def post(base_url: str, items: list, timeout: float = 60.0) -> tuple[int, str, dict]:
+    """(status, error message or "", headers) of one /v1/embeddings request."""
+    body = json.dumps({"input": items}).encode()
+    req = urllib.request.Request(
+        base_url + "/v1/embeddings", data=body, headers={"Content-Type": "application/json"}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, "", dict(r.headers)
+    except urllib.error.HTTPError as e:
+        try:
+            message = json.loads(e.read())["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = "<not an OpenAI error body>"
+        return e.code, message, dict(e.headers)
+
+
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":")) / 1024
+
+
+@dataclass
+class Servers:
+    default: ServerProcess
+    open: ServerProcess
+    host: ImageServer
+    media: str
+
+
+# ----- the probes: each returns (ok, detail) -----
+def drip_deadline(s: Servers) -> tuple[bool, str]:
+    """32 dripping URLs in one request: answered by the deadline, and another client is not starved."""
+    with ThreadPoolExecutor(1) as pool:
+        start = time.monotonic()
+        attack = pool.submit(post, s.open.base_url, [{"image": s.host.url("/drip.png")}] * 32)
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        victim_status, _, _ = post(s.open.base_url, [{"image": s.host.url("/cat.png")}])
+        victim_s = time.monotonic() - t0
+        status, message, _ = attack.result()
+        attack_s = time.monotonic() - start
+    ok = status == 400 and attack_s < FETCH_TIMEOUT + 2 and victim_status == 200 and victim_s < 1.5
+    return ok, f"attacker {status} after {attack_s:.1f} s; victim {victim_status} in {victim_s:.2f} s"
+
+
+def disconnect_cancels(s: Servers) -> tuple[bool, str]:
+    body = json.dumps({"input": [{"image": s.host.url("/drip.png")}] * 4}).encode()
+    head = "POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    head += f"Content-Length: {len(body)}\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", s.open.port), timeout=5) as sock:
+        sock.sendall(head.encode() + body)
+        deadline = time.monotonic() + 2
+        while s.host.open_connections < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        during = s.host.open_connections
+    hung_up = time.monotonic()
+    idle = s.host.wait_idle(FETCH_TIMEOUT)
+    closed_s = time.monotonic() - hung_up
+    return idle and during > 0 and closed_s < FETCH_TIMEOUT / 2, f"{during} fetches open, closed {closed_s:.2f} s after"
+
+
+def bomb_refused(s: Servers) -> tuple[bool, str]:
+    bomb = data_uri(blank_png(8000, 8000))
+    pid = s.default.proc.pid
+    before = rss_mb(pid)
+    start = time.monotonic()
+    status, message, _ = post(s.default.base_url, [{"image": bomb}] * 4)
+    elapsed = time.monotonic() - start
+    grew = rss_mb(pid) - before
+    ok = status == 400 and "8000x8000 pixels" in message and elapsed < 3 and grew < 100
+    return ok, f"{status} in {elapsed:.2f} s, RSS +{grew:.0f} MB"
+
+
+def loopback_refused(s: Servers) -> tuple[bool, str]:
+    bad = []
+    for host in LOOPBACK_SPELLINGS:
+        status, message, _ = post(s.default.base_url, [{"image": s.host.url("/cat.png", host=host)}])
+        if status != 400 or not message.endswith(URL_FAILED):
+            bad.append(f"{host}: {status}")
+    return not bad, "; ".join(bad) or f"{len(LOOPBACK_SPELLINGS)} spellings refused"
+
+
+def failures_read_alike(s: Servers) -> tuple[bool, str]:
+    urls = ["http://127.0.0.1:1/x.png", s.host.url("/gone.png"), s.host.url("/text"), s.host.url("/drip.png")]
+    with ThreadPoolExecutor(len(urls)) as pool:
+        answers = list(pool.map(lambda u: post(s.open.base_url, [{"image": u}])[:2], urls))
+    return len(set(answers)) == 1 and answers[0][0] == 400, f"{len(set(answers))} distinct answers"
+
+
+def malformed_strings(s: Servers) -> tuple[bool, str]:
+    bad = []
+    for source in MALFORMED:
+        status, message, _ = post(s.open.base_url, [{"image": source}])
+        if status != 400 or s.media in message or os.path.dirname(s.media) in message:
+            bad.append(f"{source[:30]!r}: {status}")
+    return not bad, "; ".join(bad) or f"{len(MALFORMED)} strings, all 400, no path named"
+
+
+PROBES: list[tuple[str, Callable[[Servers], tuple[bool, str]]]] = [
+    ("1 dripping URLs vs deadline and a victim", drip_deadline),
+    ("1 disconnect cancels fetches", disconnect_cancels),
+    ("2 8000x8000 PNG x4 refused from the header", bomb_refused),
+    ("3 loopback URLs refused by default", loopback_refused),
+    ("3 every URL failure reads the same", failures_read_alike),
+    ("4 malformed image strings are 400", malformed_strings),
+]
+
+
+def memory_probe(gme_dir: str) -> str:
+    """RSS of the HTTP process around one request of 4 x 8000x8000 transparent PNGs that are decoded."""
+    with ServerProcess(
+        "--model-path", gme_dir, "--is-embedding", "--chat-template", "gme-qwen2-vl",
+        "--mm-max-image-pixels", str(8000 * 8000), "--log-level", "warning",
+    ) as server:  # fmt: skip
+        pid = server.proc.pid
+        post(server.base_url, [{"image": data_uri(PNG)}])  # warm: the first image loads the pools
+        before, hwm_before = rss_mb(pid), rss_mb(pid, "VmHWM")
+        bomb = data_uri(blank_png(8000, 8000))
+        start = time.monotonic()
+        status, message, _ = post(server.base_url, [{"image": bomb}] * 4, timeout=300)
+        elapsed = time.monotonic() - start
+        time.sleep(1.0)
+        after, peak = rss_mb(pid), rss_mb(pid, "VmHWM")
+    return (
+        f"4 x 8000x8000 PNG decoded: {status} in {elapsed:.1f} s; HTTP process RSS {before:.0f} MB before, "
+        f"peak {max(peak, hwm_before):.0f} MB, {after:.0f} MB after"
+    )
+
+
+def start_servers(gme_dir: str, media: str, host: ImageServer) -> Servers:
+    base = ["--model-path", gme_dir, "--is-embedding", "--chat-template", "gme-qwen2-vl", "--log-level", "warning"]
+    default = ServerProcess(*base)
+    try:
+        opened = ServerProcess(
+            *base, "--mm-allow-private-urls", "--mm-image-timeout", str(FETCH_TIMEOUT),
+            "--mm-fetch-concurrency", "8", "--allowed-local-media-path", media,
+        )  # fmt: skip
+    except BaseException:
+        default.stop()
+        raise
+    return Servers(default, opened, host, media)
+
+
+def run_probes(memory: bool = False) -> tuple[list[Result], list[str]]:
+    """Every probe, against servers started here; (results, measurements)."""
+    notes: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="hostile-images-") as tmp:
+        gme_dir = build_tiny_gme(os.path.join(tmp, "gme"))
+        media = os.path.join(tmp, "media")
+        os.makedirs(media)
+        with open(os.path.join(media, "cat.png"), "wb") as f:
+            f.write(PNG)
+        routes = {"/cat.png": PNG, "/drip.png": ("drip", 0.5, 100_000), "/gone.png": 404, "/text": b"not pixels"}
+        with ImageServer(routes) as host:
+            servers = start_servers(gme_dir, media, host)
+            results = []
+            try:
+                for name, probe in PROBES:
+                    try:
+                        ok, detail = probe(servers)
+                    except Exception as e:  # a probe that crashes is a failed probe, not a crashed run
+                        ok, detail = False, f"{type(e).__name__}: {e}"
+                    results.append(Result(AREA, name, ok, detail))
+            finally:
+                servers.default.stop()
+                servers.open.stop()
+        if memory:
+            notes.append(memory_probe(gme_dir))
+    return results, notes
+
+
+def run(ctx: Optional[object] = None) -> list[Result]:
+    """The runner's hook: this area's results (measurements go to ctx.numbers when it has them)."""
+    results, notes = run_probes(memory=False)
+    numbers = getattr(ctx, "numbers", None)
+    if isinstance(numbers, dict):
+        for r in results:
+            numbers[f"images: {r.probe}"] = r.detail
+    return results
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--memory", action="store_true", help="also measure RSS with 8000x8000 PNGs decoded")
+    args = parser.parse_args(argv)
+    results, notes = run_probes(memory=args.memory)
+    for r in results:
+        print(f"{'ok  ' if r.ok else 'FAIL'}  {r.probe}: {r.detail}")
+    for note in notes:
+        print(note)
+    failed = sum(not r.ok for r in results)
+    print(f"tried {len(results)}, failed {failed}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+"""One request's images: sources -> (pixel patches, grid), all bounded and all cancellable.
+
+Per image: a URL is fetched on the event loop (http_fetch.py) within the request's share of the
+fetch slots; inline data and local files are read in the decode pool; then the header is read
+and checked (image_decode.open_image), the decode's working set is reserved in the process's
+ImageMemory, and the image is decoded, reduced and preprocessed in the decode pool, within the
+request's share of those threads. The first image that fails fails the request and cancels the
+others (a cancelled fetch closes its socket; a decode already running finishes, and its memory
+reservation is given back only then). A client that hangs up cancels the whole request the same
+way. Every byte a request held is given back when it ends, and after a request that held a lot
+the freed pages go back to the system.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Mapping, Optional
+
+import numpy as np
+
+from sglang.srt.managers.multimodal.http_fetch import ImageUrlFetcher
+from sglang.srt.managers.multimodal.image_budget import ImageMemory, MemoryTrimmer, RequestImages
+from sglang.srt.managers.multimodal.image_decode import decode_image, open_image
+from sglang.srt.managers.multimodal.image_errors import ImageLoadError
+from sglang.srt.managers.multimodal.image_source import ImageSource, UrlSource, read_source_bytes
+from sglang.srt.managers.multimodal.processors import Qwen2VLImages
+from sglang.srt.managers.multimodal.url_guard import UrlPolicy
+from sglang.srt.server_args import ServerArgs
+
+logger = logging.getLogger(__name__)
+
+# Decoding and preprocessing use the CPU: a few threads (Pillow and numpy release the GIL for
+# the heavy parts; more would take turns with the event loop).
+DECODE_WORKERS = max(1, min(4, os.cpu_count() or 1))
+# The smallest default for --mm-max-image-pixels: an 8K UHD frame.
+MIN_DEFAULT_IMAGE_PIXELS = 7680 * 4320
+
+ImageResult = tuple[np.ndarray, np.ndarray]  # (pixel_values, image_grid_thw)
+
+
+def default_image_pixel_cap(model_max_pixels: int) -> int:
+    """Four times what the model resizes to (room for detail that survives the resize), and never
+    below an 8K frame, so ordinary photos and screenshots pass."""
+    return max(4 * model_max_pixels, MIN_DEFAULT_IMAGE_PIXELS)
+
+
+class ImageLoader:
+    def __init__(self, server_args: ServerArgs, images: Qwen2VLImages) -> None:
+        from PIL import Image
+
+        self.images = images
+        self.max_bytes = server_args.mm_max_image_bytes
+        self.allowed_local_dir = server_args.allowed_local_media_path
+        self.max_pixels = server_args.mm_max_image_pixels or default_image_pixel_cap(images.max_pixels)
+        # Pillow's own bomb check (an error at twice this, at open) backs ours up.
+        Image.MAX_IMAGE_PIXELS = max(Image.MAX_IMAGE_PIXELS or 0, self.max_pixels)
+        policy = UrlPolicy.from_flags(
+            server_args.mm_disable_url_fetch, server_args.mm_allowed_url_hosts, server_args.mm_allow_private_urls
+        )
+        self.fetcher = ImageUrlFetcher(policy, server_args.mm_image_timeout, self.max_bytes)
+        self.urls_enabled = policy.enabled
+        self.memory = ImageMemory(server_args.mm_max_bytes_in_flight)
+        self.fetch_concurrency = server_args.mm_fetch_concurrency
+        self.trimmer = MemoryTrimmer()
+        self._fetch_slots: Optional[asyncio.Semaphore] = None
+        self._pool: Optional[ThreadPoolExecutor] = None
+
+    @property
+    def pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(DECODE_WORKERS, thread_name_prefix="sglang-image")
+        return self._pool
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def new_request(self) -> RequestImages:
+        if self._fetch_slots is None:  # made on the event loop that uses it
+            self._fetch_slots = asyncio.Semaphore(self.fetch_concurrency)
+        return RequestImages(
+            self.memory,
+            self._fetch_slots,
+            fetch_share=max(1, self.fetch_concurrency // 4),
+            decode_share=max(1, DECODE_WORKERS // 2),
+        )
+
+    async def load_all(self, sources: Mapping[int, ImageSource]) -> dict[int, ImageResult]:
+        """Every image, or the first failure (by time) as (item index, exception) in LoadFailed."""
+        request = self.new_request()
+        tasks = {i: asyncio.ensure_future(self._load(request, source)) for i, source in sources.items()}
+        try:
+            if tasks:
+                await asyncio.wait(tasks.values(), return_when=asyncio.FIRST_EXCEPTION)
+            for i, task in sorted(tasks.items()):
+                if task.done() and not task.cancelled() and task.exception() is not None:
+                    raise LoadFailed(i, task.exception(), isinstance(sources[i], UrlSource))
+            return {i: task.result() for i, task in tasks.items()}
+        finally:
+            for task in tasks.values():
+                task.cancel()
+            await asyncio.gather(*tasks.values(), return_exceptions=True)
+            request.close()
+            if request.should_trim:
+                asyncio.get_running_loop().run_in_executor(self.pool, self.trimmer.trim)
+
+    async def _load(self, request: RequestImages, source: ImageSource) -> ImageResult:
+        held = [0]  # bytes of the encoded image this item holds
+
+        def hold(n: int) -> None:
+            request.hold(n)
+            held[0] += n
+
+        loop = asyncio.get_running_loop()
+        try:
+            if isinstance(source, UrlSource):
+                async with request.fetch_slot():
+                    data = await self.fetcher.fetch(source, hold)
+            else:
+                async with request.decode_share:
+                    data = await loop.run_in_executor(
+                        self.pool, read_source_bytes, source, self.allowed_local_dir, self.max_bytes
+                    )
+                hold(len(data))
+            async with request.decode_share:
+                opened = await loop.run_in_executor(self.pool, open_image, data, self.max_pixels, self._target)
+                cost = opened.decode_cost
+                await request.start_decode(cost)
+                pixels, grid = await self._run_releasing(request, cost, self._decode, opened)
+        finally:
+            request.unhold(held[0])
+        request.hold(pixels.nbytes)
+        return pixels, grid
+
+    def _target(self, height: int, width: int) -> tuple[int, int]:
+        return self.images.target_size(height, width)
+
+    def _decode(self, opened) -> ImageResult:
+        image = decode_image(opened)
+        try:
+            return self.images(image)
+        except ValueError as e:  # e.g. an aspect ratio over 200
+            raise ImageLoadError(f"cannot preprocess it: {e}") from None
+
+    def _run_releasing(self, request: RequestImages, cost: int, fn: Callable, *args) -> "asyncio.Future":
+        """Run fn in the pool; the decode reservation is given back when the thread is done with
+        it, not when a cancelled caller stops waiting."""
+        loop = asyncio.get_running_loop()
+        job = self.pool.submit(fn, *args)
+
+        def release(_) -> None:
+            try:
+                loop.call_soon_threadsafe(request.end_decode, cost)
+            except RuntimeError:  # the loop is closed: nothing left to account for
+                pass
+
+        job.add_done_callback(release)
+        return asyncio.wrap_future(job)
+
+
+class LoadFailed(Exception):
+    """Item `index` failed with `error`; `from_url` items get one generic message (see image_errors)."""
+
+    def __init__(self, index: int, error: BaseException, from_url: bool) -> None:
+        super().__init__(index, error)
+        self.index = index
+        self.error = error
+        self.from_url = from_url

@@ -1,0 +1,119 @@
+"""Decoding: the header checks before any pixel is decoded, the reduced decode of images far larger
+than the model needs, and the RGB conversion."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from sglang.srt.managers.multimodal.image_decode import decode_image, open_image, to_rgb
+from sglang.srt.managers.multimodal.image_errors import ImageLoadError
+from test.helpers.images import blank_png, encode_image, gradient_image, png_claiming_size
+
+CAP = 8192 * 8192
+
+
+def _decode(data: bytes, cap: int = CAP, target=None) -> Image.Image:
+    return decode_image(open_image(data, cap, target))
+
+
+def _target(size: int):
+    """A model that resizes everything to size x size."""
+    return lambda h, w: (size, size)
+
+
+def test_pixel_cap_is_read_from_the_header():
+    bomb = png_claiming_size(9000, 9000)
+    assert len(bomb) < 100
+    with pytest.raises(ImageLoadError, match="9000x9000 pixels, over the limit of 67108864 pixels"):
+        open_image(bomb, CAP)
+    with pytest.raises(ImageLoadError, match="too many pixels"):  # Pillow's own bomb check comes first here
+        open_image(png_claiming_size(100000, 100000), CAP)
+    with pytest.raises(ImageLoadError, match="over the limit of 1000 pixels"):
+        open_image(encode_image(gradient_image(40, 30)), 1000)
+
+
+def test_jpeg_far_larger_than_the_target_decodes_at_reduced_scale():
+    jpeg = encode_image(gradient_image(800, 600, seed=4), "JPEG", quality=90)
+    full = open_image(jpeg, CAP)
+    assert full.image.size == (800, 600)
+    opened = open_image(jpeg, CAP, _target(50))  # 2x the target is 100: 1/4 scale keeps 200 x 150
+    assert opened.image.size == (200, 150) and opened.header_size == (800, 600)
+    assert opened.decode_cost * 16 == full.decode_cost
+    small = decode_image(opened)
+    assert small.mode == "RGB" and small.size == (200, 150)
+    # What the model then sees barely differs from a full decode shrunk the same way.
+    ref = decode_image(full).resize((50, 50), Image.BICUBIC)
+    diff = np.abs(np.asarray(small.resize((50, 50), Image.BICUBIC), float) - np.asarray(ref, float))
+    assert diff.mean() < 2.0
+    # Close to the target: decoded as it is.
+    assert open_image(jpeg, CAP, _target(250)).image.size == (800, 600)
+
+
+def test_progressive_jpeg_reserves_its_coefficients():
+    img = gradient_image(800, 800)
+    plain = open_image(encode_image(img, "JPEG"), CAP, _target(100))
+    progressive = open_image(encode_image(img, "JPEG", progressive=True), CAP, _target(100))
+    assert progressive.decode_cost == plain.decode_cost + 800 * 800 * 3
+
+
+def test_other_formats_are_reduced_after_decoding():
+    png = encode_image(gradient_image(500, 400, seed=2))
+    out = _decode(png, target=_target(50))  # factor min(500 // 100, 400 // 100) = 4
+    assert out.mode == "RGB" and out.size == (125, 100)
+    assert _decode(png, target=_target(150)).size == (500, 400)  # under 2x twice the target: as is
+    # A fully transparent 2000 x 2000 PNG (a few kilobytes) becomes a small white image.
+    blank = blank_png(2000, 2000)
+    assert len(blank) < 20_000
+    out = _decode(blank, target=_target(100))
+    assert out.size == (200, 200) and np.asarray(out).min() == 255
+
+
+def test_aspect_ratio_is_checked_before_decoding():
+    def refuse(h, w):
+        raise ValueError("absolute aspect ratio must be smaller than 200, got 300.0")
+
+    with pytest.raises(ImageLoadError, match="cannot preprocess it: absolute aspect ratio"):
+        open_image(encode_image(gradient_image(300, 1)), CAP, refuse)
+
+
+def test_not_images():
+    with pytest.raises(ImageLoadError, match="not a PNG, JPEG, WebP or GIF"):
+        open_image(b"hello world, not pixels", CAP)
+    bmp = encode_image(gradient_image(8, 8), "BMP")  # a real image, but not an accepted format
+    with pytest.raises(ImageLoadError, match="not a PNG, JPEG, WebP or GIF"):
+        open_image(bmp, CAP)
+    png = encode_image(gradient_image(40, 30))
+    with pytest.raises(ImageLoadError, match="corrupt"):
+        _decode(png[: len(png) // 2])
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG", "WEBP"])
+def test_formats(fmt):
+    img = gradient_image(33, 21, seed=3)
+    out = _decode(encode_image(img, fmt))
+    assert out.mode == "RGB" and out.size == (33, 21)
+    if fmt == "PNG":
+        np.testing.assert_array_equal(np.asarray(out), np.asarray(img))
+
+
+def test_gif_first_frame():
+    red, blue = Image.new("RGB", (10, 10), (255, 0, 0)), Image.new("RGB", (10, 10), (0, 0, 255))
+    gif = encode_image(red, "GIF", save_all=True, append_images=[blue], duration=50)
+    out = _decode(gif)
+    assert out.mode == "RGB" and out.getpixel((5, 5)) == (255, 0, 0)
+
+
+def test_modes_become_rgb():
+    rgba = Image.new("RGBA", (4, 4), (10, 20, 30, 255))
+    rgba.putpixel((0, 0), (10, 20, 30, 0))  # fully transparent: white, as transformers composites it
+    out = _decode(encode_image(rgba))
+    assert out.getpixel((0, 0)) == (255, 255, 255) and out.getpixel((1, 1)) == (10, 20, 30)
+    gray = _decode(encode_image(Image.new("L", (4, 4), 77)))
+    assert gray.mode == "RGB" and gray.getpixel((2, 2)) == (77, 77, 77)
+    pal = Image.new("P", (4, 4), 1)
+    pal.putpalette([0, 0, 0, 200, 100, 50] + [0] * 762)
+    assert _decode(encode_image(pal)).getpixel((0, 0)) == (200, 100, 50)
+    pal.info["transparency"] = 1
+    assert to_rgb(pal).getpixel((0, 0)) == (255, 255, 255)
