@@ -70,6 +70,13 @@ def test_other_formats_are_reduced_after_decoding():
     assert out.size == (200, 200) and np.asarray(out).min() == 255
 
 
+def test_sixteen_bit_images_are_converted_and_reduced():
+    deep = Image.fromarray((np.arange(400 * 300, dtype=np.uint32).reshape(300, 400) * 7 % 65536).astype(np.uint16))
+    assert deep.mode == "I;16"
+    out = _decode(encode_image(deep), target=_target(50))  # converted, then reduced by min(400, 300) // 100
+    assert out.mode == "RGB" and out.size == (134, 100)  # Pillow rounds up
+
+
 def test_aspect_ratio_is_checked_before_decoding():
     def refuse(h, w):
         raise ValueError("absolute aspect ratio must be smaller than 200, got 300.0")

@@ -73,6 +73,8 @@ MALFORMED = {
     "credentials": ("http://user:pw@example.com/a.png", "credentials"),
     "no_host": ("http:///a.png", "no host"),
     "bad_host": ("http://exa$mple.com/a.png", "not a valid domain name"),
+    "empty_label": ("http://images..example.com/a.png", "not a valid domain name"),
+    "long_label": ("http://" + "a" * 64 + ".example.com/a.png", "not a valid domain name"),
     "lone_surrogate_path": ("cat\ud800.png", "not valid Unicode"),
     "lone_surrogate_url": ("http://example.com/\udfff.png", "not valid Unicode"),
     "escaped_bad_utf8": ("file:///%ff%fe.png", "not valid UTF-8"),

@@ -40,7 +40,7 @@ async def resolve_host(host: str, port: int) -> list[IPAddress]:
     loop = asyncio.get_running_loop()
     try:
         infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError as e:
+    except (OSError, UnicodeError) as e:  # UnicodeError: a name the IDNA codec refuses
         raise FetchFailed(f"cannot resolve {host!r}: {e}") from None
     found: list[IPAddress] = []
     for *_, sockaddr in infos:

@@ -12,7 +12,6 @@ target's width and height, so the model's own resize still does the final antial
 from __future__ import annotations
 
 import io
-import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -57,9 +56,7 @@ class OpenedImage:
 def open_image(data: bytes, max_pixels: int, target: Optional[TargetSize] = None) -> OpenedImage:
     """Read the header of `data` and check it; set up a reduced-scale decode for large JPEGs."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)  # our own cap decides
-            img = Image.open(io.BytesIO(data), formats=IMAGE_FORMATS)
+        img = Image.open(io.BytesIO(data), formats=IMAGE_FORMATS)
     except Image.DecompressionBombError:
         raise ImageLoadError(f"the image has too many pixels (over the limit of {max_pixels} pixels)") from None
     except (Image.UnidentifiedImageError, OSError, SyntaxError, ValueError, EOFError):
@@ -92,15 +89,18 @@ def decode_image(opened: OpenedImage) -> Image.Image:
         img.load()
     except (OSError, SyntaxError, ValueError, EOFError) as e:
         raise ImageLoadError(f"the image data is corrupt ({_first_line(e)})") from None
-    if opened.target is None:
-        return to_rgb(img)
-    th, tw = _target(opened.target, opened.header_size[1], opened.header_size[0])
-    factor = min(img.size[0] // (KEEP_TARGET_MULTIPLE * tw), img.size[1] // (KEEP_TARGET_MULTIPLE * th))
-    if factor < 2:
-        return to_rgb(img)
-    if img.mode in _REDUCIBLE:
-        return to_rgb(img.reduce(factor))
-    return to_rgb(img).reduce(factor)
+    factor = 1
+    if opened.target is not None:
+        th, tw = _target(opened.target, opened.header_size[1], opened.header_size[0])
+        factor = min(img.size[0] // (KEEP_TARGET_MULTIPLE * tw), img.size[1] // (KEEP_TARGET_MULTIPLE * th))
+    try:
+        if factor < 2:
+            return to_rgb(img)
+        if img.mode in _REDUCIBLE:
+            return to_rgb(img.reduce(factor))
+        return to_rgb(img).reduce(factor)
+    except (OSError, ValueError) as e:  # a mode Pillow cannot convert
+        raise ImageLoadError(f"cannot convert the image to RGB (mode {img.mode}: {_first_line(e)})") from None
 
 
 def to_rgb(img: Image.Image) -> Image.Image:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Mapping, Optional
 
@@ -55,8 +56,10 @@ class ImageLoader:
         self.max_bytes = server_args.mm_max_image_bytes
         self.allowed_local_dir = server_args.allowed_local_media_path
         self.max_pixels = server_args.mm_max_image_pixels or default_image_pixel_cap(images.max_pixels)
-        # Pillow's own bomb check (an error at twice this, at open) backs ours up.
+        # Pillow's own bomb check (an error at twice its limit, at open) backs ours up; its warning
+        # (above its limit) is noise, since our cap refuses such images right after.
         Image.MAX_IMAGE_PIXELS = max(Image.MAX_IMAGE_PIXELS or 0, self.max_pixels)
+        warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
         policy = UrlPolicy.from_flags(
             server_args.mm_disable_url_fetch, server_args.mm_allowed_url_hosts, server_args.mm_allow_private_urls
         )

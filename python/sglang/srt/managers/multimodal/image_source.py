@@ -123,13 +123,20 @@ def parse_url(url: str) -> UrlSource:
         host = normalize_host(raw_host)
     except UrlRefused:
         raise ImageLoadError("the image URL's host is not a valid domain name") from None
-    if not re.fullmatch(r"[a-z0-9._\-:%]+", host) or (":" not in host and "%" in host):
+    if not _valid_host(host):
         raise ImageLoadError("the image URL's host is not a valid domain name")
     path = _requote(parts.path or "/")
     target = path + ("?" + _requote(parts.query) if parts.query else "")
     port = port or DEFAULT_PORTS[scheme]
     netloc = (f"[{host}]" if ":" in host else host) + ("" if port == DEFAULT_PORTS[scheme] else f":{port}")
     return UrlSource(urllib.parse.urlunsplit((scheme, netloc, target, "", "")), scheme, host, port, target)
+
+
+def _valid_host(host: str) -> bool:
+    if ":" in host:  # an IPv6 literal, which urlsplit has checked
+        return bool(re.fullmatch(r"[0-9a-f:.]+(%[0-9A-Za-z._\-%]+)?", host))
+    labels = host.split(".")
+    return len(host) <= 253 and all(0 < len(label) <= 63 and re.fullmatch(r"[a-z0-9_\-]+", label) for label in labels)
 
 
 def _requote(part: str) -> str:
