@@ -59,6 +59,31 @@ def blank_png(width: int, height: int) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
 
 
+# Image strings that were 500s or leaked paths (issue 15, item 4), plus path escapes: all must be
+# 400s that name no server path (a server with --allowed-local-media-path reads them).
+HOSTILE_IMAGE_STRINGS = [
+    "ok.png\u0000",
+    "cat.png\u0000.jpg",
+    "file:///%00",
+    "file:///%00/../../etc/passwd",
+    "http://example.com/a b.png",
+    "http://example.com/\u0001.png",
+    "http://exa mple.com/a.png",
+    "http://[::1/x",
+    "http://[::1]:99999/x",
+    "cat\ud800.png",
+    "http://example.com/\udc00.png",
+    "/" + "a" * 5000 + ".png",
+    "x/" + "b" * 300 + ".png",
+    "http://example.com/" + "c" * 9000,
+    "http://user:pw@example.com/a.png",
+    "file://other-host/etc/passwd",
+    "../../../../etc/passwd.png",
+    "/etc/passwd.png",
+    "sub/../../cat.png",
+]
+
+
 # A route's answer: bytes (200, image/png), ("redirect", location), ("slow", seconds, bytes),
 # ("stream", n_bytes) without Content-Length, ("declare", n_bytes) with a Content-Length it never
 # sends, ("drip", seconds, n_bytes): headers, then one byte every `seconds` (an attacker's

@@ -18,7 +18,7 @@ import pytest
 import requests
 from PIL import Image
 
-from test.helpers.images import ImageServer, blank_png, data_uri, encode_image, gradient_image
+from test.helpers.images import HOSTILE_IMAGE_STRINGS, ImageServer, blank_png, data_uri, encode_image, gradient_image
 from test.helpers.server import ServerProcess
 from test.helpers.tiny_models import build_tiny_gme
 
@@ -185,32 +185,12 @@ def test_every_url_failure_reads_the_same(server, images):
 
 
 # ----- 4: malformed strings -----
-MALFORMED = [
-    "ok.png\u0000",
-    "cat.png\u0000.jpg",
-    "file:///%00",
-    "file:///%00/../../etc/passwd",
-    "http://example.com/a b.png",
-    "http://example.com/\u0001.png",
-    "http://exa mple.com/a.png",
-    "http://[::1/x",
-    "http://[::1]:99999/x",
-    "cat\ud800.png",
-    "http://example.com/\udc00.png",
-    "/" + "a" * 5000 + ".png",
-    "x/" + "b" * 300 + ".png",
-    "http://example.com/" + "c" * 9000,
-    "file://other-host/etc/passwd",
-    "../../../../etc/passwd.png",
-    "/etc/passwd.png",
-    "sub/../../cat.png",
-]
 
 
 def test_malformed_image_strings_are_400s_that_name_no_path(server, media):
     with ThreadPoolExecutor(4) as pool:
-        answers = list(pool.map(lambda s: _post(server, [{"image": s}]), MALFORMED))
-    for source, resp in zip(MALFORMED, answers):
+        answers = list(pool.map(lambda s: _post(server, [{"image": s}]), HOSTILE_IMAGE_STRINGS))
+    for source, resp in zip(HOSTILE_IMAGE_STRINGS, answers):
         assert resp.status_code == 400, (source[:40], resp.status_code, resp.text[:300])
         message = _message(resp)
         assert message.startswith("Item 0: could not load image: ")
