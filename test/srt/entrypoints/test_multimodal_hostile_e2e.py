@@ -98,7 +98,7 @@ def test_dripping_urls_neither_outlast_the_deadline_nor_starve_others(server, im
         victim_s = time.monotonic() - t0
         resp = attack.result()
         attack_s = time.monotonic() - start
-    assert victim.status_code == 200 and victim_s < 1.5, (victim.text, victim_s)
+    assert victim.status_code == 200 and victim_s < TIMEOUT - 0.5, (victim.text, victim_s)  # no wait for a slot
     assert resp.status_code == 400 and _message(resp).endswith(URL_FAILED)
     assert attack_s < TIMEOUT + 2, attack_s  # before: 40 s for a 2 s timeout
     assert images.wait_idle(2.0)
