@@ -105,10 +105,12 @@ class ImageLoader:
         finally:
             for task in tasks.values():
                 task.cancel()
-            await asyncio.gather(*tasks.values(), return_exceptions=True)
-            request.close()
-            if request.should_trim:
-                asyncio.get_running_loop().run_in_executor(self.pool, self.trimmer.trim)
+            try:  # a cancelled load gives its bytes back as it ends; wait for that
+                await asyncio.gather(*tasks.values(), return_exceptions=True)
+            finally:
+                request.close()
+                if request.should_trim:
+                    asyncio.get_running_loop().run_in_executor(self.pool, self.trimmer.trim)
 
     async def _load(self, request: RequestImages, source: ImageSource) -> ImageResult:
         held = [0]  # bytes of the encoded image this item holds
