@@ -12,6 +12,7 @@ at all; CPU-heavy images share the machine's cores with everything else.
     python benchmark/bench_multimodal.py --launch                    # tiny random GME, data URIs
     python benchmark/bench_multimodal.py --launch --image-source slow-url --slow-seconds 0.5
     python benchmark/bench_multimodal.py --url http://127.0.0.1:30000  # a running GME server
+                                  # (url sources need it started with --mm-allow-private-urls)
 
 --launch builds a tiny random GME-shaped checkpoint (test/helpers/tiny_models.build_tiny_gme)
 unless --model-path is given, and starts the server with --chat-template gme-qwen2-vl. Images are
@@ -228,8 +229,10 @@ def main(argv: Optional[list[str]] = None) -> None:
 
             tmp = tempfile.mkdtemp(prefix="bench_gme_")
             model = build_tiny_gme(tmp, max_pixels=args.tiny_max_pixels)
+        # The image host of the url sources is on loopback, which image URLs may not reach by default.
+        opt_in = "--mm-allow-private-urls" if args.image_source != "data" else ""
         launch = argparse.Namespace(
-            server_args=f"--model-path {model} --is-embedding --chat-template gme-qwen2-vl {args.server_args}",
+            server_args=f"--model-path {model} --is-embedding --chat-template gme-qwen2-vl {opt_in} {args.server_args}",
             no_auto_truncate=True,
             launch_timeout=args.launch_timeout,
         )
