@@ -10,7 +10,12 @@ import time
 import pytest
 
 from sglang.srt.managers.multimodal.image_errors import FetchFailed, ImageLoadError, ImageMemoryFull
-from sglang.srt.managers.multimodal.image_loader import ImageLoader, LoadFailed, default_image_pixel_cap
+from sglang.srt.managers.multimodal.image_loader import (
+    DECODE_WORKERS,
+    ImageLoader,
+    LoadFailed,
+    default_image_pixel_cap,
+)
 from sglang.srt.managers.multimodal.image_source import parse_image_source
 from sglang.srt.managers.multimodal.processors import Qwen2VLImages
 from sglang.srt.server_args import ServerArgs
@@ -117,3 +122,34 @@ def test_memory_budget_refusals(gme_dir):
         _load(_loader(gme_dir, mm_max_bytes_in_flight=1000), [data_uri(PNG)])
     err = failed.value.error
     assert isinstance(err, ImageMemoryFull) and err.own_request and err.limit == 1000
+
+
+class SlowImages:
+    """An ImagePreprocessor other than Qwen2VLImages: GME's, slowed down, noting how many images the
+    host had served each time one reached preprocessing."""
+
+    def __init__(self, inner: Qwen2VLImages, host: ImageServer) -> None:
+        self.inner, self.host = inner, host
+        self.max_pixels = inner.max_pixels
+        self.served_at_call: list[int] = []
+
+    def target_size(self, height: int, width: int) -> tuple[int, int]:
+        return self.inner.target_size(height, width)
+
+    def __call__(self, image):
+        self.served_at_call.append(len(self.host.requests))
+        time.sleep(0.05)
+        return self.inner(image)
+
+
+def test_fetches_do_not_run_ahead_of_decoding(gme_dir, images):
+    """A request of many URLs holds a few encoded images at a time: the k-th image to reach
+    preprocessing finds at most k + (its fetch share + decode share) images fetched."""
+    args = ServerArgs(model_path=gme_dir, is_embedding=True, mm_allow_private_urls=True, mm_fetch_concurrency=4)
+    slow = SlowImages(Qwen2VLImages(gme_dir), images)
+    loader = ImageLoader(args, slow)
+    start = len(images.requests)
+    out = _load(loader, [images.url("/img.png")] * 12)
+    assert len(out) == 12 and loader.memory.held == 0
+    ahead = max(served - start - k for k, served in enumerate(slow.served_at_call))
+    assert ahead <= 1 + max(1, DECODE_WORKERS // 2), slow.served_at_call  # before: all 12 fetched at once

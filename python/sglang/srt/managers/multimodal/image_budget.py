@@ -7,8 +7,10 @@
   beside what is held and decoding, except that one decode may always run, so waiting ends.
   Memory therefore stays under the limit plus one decode.
 - RequestImages (one per request): its share of the URL fetch slots and of the decode threads (a
-  request with many images takes turns instead of filling them), its held bytes (given back when
-  it ends, whatever way it ends), and its peak, which decides whether to return freed memory to
+  request with many images takes turns instead of filling them), a bound on its images between
+  first byte and decoded (`in_progress`: fetches do not run ahead of decoding, so a request of
+  hundreds of image URLs holds a few encoded images at a time, not all of them), its held bytes
+  (given back when it ends, whatever way it ends), and its peak, which decides whether to return freed memory to
   the system afterwards (glibc keeps freed image buffers in its heap otherwise).
 """
 
@@ -86,6 +88,7 @@ class RequestImages:
         self.fetch_slots = fetch_slots
         self.fetch_share = asyncio.Semaphore(fetch_share)
         self.decode_share = asyncio.Semaphore(decode_share)
+        self.in_progress = asyncio.Semaphore(fetch_share + decode_share)
         self.held = 0
         self.decoding = 0
         self.peak = 0

@@ -9,6 +9,12 @@ others (a cancelled fetch closes its socket; a decode already running finishes, 
 reservation is given back only then). A client that hangs up cancels the whole request the same
 way. Every byte a request held is given back when it ends, and after a request that held a lot
 the freed pages go back to the system.
+
+Public API for model code (GME's preparer, and any other image-text model): `parse_image_source`
+(image_source.py) checks a client's string; `ImageLoader(server_args, preprocessor)` with any
+`ImagePreprocessor`; `await loader.load_all({item index: source})` returns each item's
+preprocessed arrays or raises `LoadFailed`, which `preparer.load_failed_error` turns into the
+client's error.
 """
 
 from __future__ import annotations
@@ -18,16 +24,16 @@ import logging
 import os
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Protocol
 
 import numpy as np
+from PIL import Image
 
 from sglang.srt.managers.multimodal.http_fetch import ImageUrlFetcher
 from sglang.srt.managers.multimodal.image_budget import ImageMemory, MemoryTrimmer, RequestImages
 from sglang.srt.managers.multimodal.image_decode import decode_image, open_image
 from sglang.srt.managers.multimodal.image_errors import ImageLoadError
 from sglang.srt.managers.multimodal.image_source import ImageSource, UrlSource, read_source_bytes
-from sglang.srt.managers.multimodal.processors import Qwen2VLImages
 from sglang.srt.managers.multimodal.url_guard import UrlPolicy
 from sglang.srt.server_args import ServerArgs
 
@@ -39,7 +45,22 @@ DECODE_WORKERS = max(1, min(4, os.cpu_count() or 1))
 # The smallest default for --mm-max-image-pixels: an 8K UHD frame.
 MIN_DEFAULT_IMAGE_PIXELS = 7680 * 4320
 
-ImageResult = tuple[np.ndarray, np.ndarray]  # (pixel_values, image_grid_thw)
+# (pixel_values, per-image metadata the model needs: Qwen2-VL's image_grid_thw)
+ImageResult = tuple[np.ndarray, np.ndarray]
+
+
+class ImagePreprocessor(Protocol):
+    """What ImageLoader needs from a model's image processor (processors.Qwen2VLImages is one)."""
+
+    max_pixels: int  # the area the processor resizes to: the default pixel cap follows it
+
+    def target_size(self, height: int, width: int) -> tuple[int, int]:
+        """(height, width) an image of this size is resized to (ValueError if it cannot be)."""
+        ...
+
+    def __call__(self, image: Image.Image) -> ImageResult:
+        """An RGB image -> the model's arrays (called in a decode thread)."""
+        ...
 
 
 def default_image_pixel_cap(model_max_pixels: int) -> int:
@@ -49,9 +70,7 @@ def default_image_pixel_cap(model_max_pixels: int) -> int:
 
 
 class ImageLoader:
-    def __init__(self, server_args: ServerArgs, images: Qwen2VLImages) -> None:
-        from PIL import Image
-
+    def __init__(self, server_args: ServerArgs, images: ImagePreprocessor) -> None:
         self.images = images
         self.max_bytes = server_args.mm_max_image_bytes
         self.allowed_local_dir = server_args.allowed_local_media_path
@@ -113,6 +132,14 @@ class ImageLoader:
                     asyncio.get_running_loop().run_in_executor(self.pool, self.trimmer.trim)
 
     async def _load(self, request: RequestImages, source: ImageSource) -> ImageResult:
+        async with request.in_progress:
+            pixels, grid = await self._load_encoded(request, source)
+        request.hold(pixels.nbytes)
+        return pixels, grid
+
+    async def _load_encoded(self, request: RequestImages, source: ImageSource) -> ImageResult:
+        """Read or fetch the encoded image, then decode and preprocess it; the encoded bytes are
+        given back once it is decoded (or has failed)."""
         held = [0]  # bytes of the encoded image this item holds
 
         def hold(n: int) -> None:
@@ -134,11 +161,9 @@ class ImageLoader:
                 opened = await loop.run_in_executor(self.pool, open_image, data, self.max_pixels, self._target)
                 cost = opened.decode_cost
                 await request.start_decode(cost)
-                pixels, grid = await self._run_releasing(request, cost, self._decode, opened)
+                return await self._run_releasing(request, cost, self._decode, opened)
         finally:
             request.unhold(held[0])
-        request.hold(pixels.nbytes)
-        return pixels, grid
 
     def _target(self, height: int, width: int) -> tuple[int, int]:
         return self.images.target_size(height, width)

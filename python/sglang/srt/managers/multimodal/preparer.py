@@ -114,7 +114,7 @@ class MultimodalPreparer:
         try:
             return await loads
         except LoadFailed as failed:
-            raise _load_error(failed) from None
+            raise load_failed_error(failed) from None
 
     def _render(self, index: int, item: MultimodalItem) -> str:
         if item.image is None and not (item.text and item.text.strip()):
@@ -181,8 +181,9 @@ class MultimodalPreparer:
         return out
 
 
-def _load_error(failed: LoadFailed) -> EmbeddingError:
-    """The client's error for a failed image (a URL's reason is only logged)."""
+def load_failed_error(failed: LoadFailed) -> EmbeddingError:
+    """The client's error for a failed image (a URL's reason is only logged): 400 naming the item,
+    429 when the process's image memory is busy, 500 for a bug on our side."""
     i, err = failed.index, failed.error
     if isinstance(err, ImageMemoryFull):
         if err.own_request:
