@@ -1,7 +1,7 @@
 """Hostile image inputs against a live GME server (issue 15, items 1-4).
 
-Two servers: `server` opts in to loopback image URLs (the attacker's dripping host and the
-victim's image host both live on 127.0.0.1 here), with a 3 s fetch deadline, 8 fetch slots, a
+Two servers: `server` opts in to loopback image URLs from 127.0.0.1 only (the attacker's dripping
+host and the victim's image host both live there), with a 3 s fetch deadline, 8 fetch slots, a
 1 MB image-memory budget and a media directory; `default_server` has no image flags at all.
 """
 
@@ -50,16 +50,18 @@ def images():
             "/stall.png": ("stall", 900_000, 2.0),
             "/gone.png": 404,
             "/text": b"plain text, not pixels",
-            "/to-loopback": ("redirect", "http://localhost/cat.png"),
+            "/to-localhost": ("redirect", "/to-localhost"),  # rewritten below, once the port is known
         }
     ) as s:
+        s.routes["/to-localhost"] = ("redirect", s.url("/cat.png", host="localhost"))
         yield s
 
 
 @pytest.fixture(scope="module")
 def server(gme_dir, media):
     args = ["--model-path", gme_dir, "--is-embedding", "--chat-template", "gme-qwen2-vl"]
-    args += ["--mm-allow-private-urls", "--mm-image-timeout", str(TIMEOUT), "--mm-fetch-concurrency", "8"]
+    args += ["--mm-allow-private-urls", "--mm-allowed-url-hosts", "127.0.0.1"]
+    args += ["--mm-image-timeout", str(TIMEOUT), "--mm-fetch-concurrency", "8"]
     args += ["--mm-max-bytes-in-flight", "1000000", "--allowed-local-media-path", media]
     with ServerProcess(*args) as s:
         yield s
@@ -184,8 +186,18 @@ def test_every_url_failure_reads_the_same(server, images):
     assert "answered HTTP 404" in log and "cannot connect" in log  # the reasons are in the log
 
 
-# ----- 4: malformed strings -----
+def test_redirects_are_checked_hop_by_hop(server, images):
+    """--mm-allowed-url-hosts 127.0.0.1: a redirect to `localhost` (the same address under a name
+    that is not allowed) is refused at the second hop, before connecting."""
+    before = [path for path, _ in images.requests]
+    assert _post(server, [{"image": images.url("/cat.png", host="localhost")}]).status_code == 400
+    resp = _post(server, [{"image": images.url("/to-localhost")}])
+    assert resp.status_code == 400 and _message(resp) == f"Item 0: could not load image: {URL_FAILED}"
+    assert [path for path, _ in images.requests][len(before) :] == ["/to-localhost"]  # hop 2 never connected
+    assert "host 'localhost' is not in --mm-allowed-url-hosts" in server.log()
 
+
+# ----- 4: malformed strings -----
 
 def test_malformed_image_strings_are_400s_that_name_no_path(server, media):
     with ThreadPoolExecutor(4) as pool:
