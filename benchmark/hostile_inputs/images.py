@@ -1,7 +1,7 @@
 """Hostile image inputs (issue 15, items 1-4) against live GME servers on loopback: tried / failed.
 
     python benchmark/hostile_inputs/images.py            # builds a tiny random GME, starts its servers
-    python benchmark/hostile_inputs/images.py --memory   # also: HTTP-process RSS around 4 x 8000x8000 PNGs
+    python benchmark/hostile_inputs/images.py --memory   # also: HTTP-process RSS, the issue's two memory probes
 
 Two servers of a tiny random GME-shaped checkpoint (test/helpers/tiny_models.build_tiny_gme):
 `default` with no image flags, and `open` that allows loopback image URLs (the dripping attacker
@@ -9,7 +9,8 @@ host and the victim's image host both live on 127.0.0.1 here) with a 2 s fetch d
 slots and a media directory. An HTTP image host in this process plays every remote party. With
 --memory a third server raises --mm-max-image-pixels so that the issue's 8000x8000 PNGs are
 decoded rather than refused, and the script prints the HTTP process's RSS before, at its peak and
-after. Every request has a timeout; exit status 1 when a probe failed.
+after one request of 4 such PNGs and one of 256 URLs to a 5 MB image. Every request has a
+timeout; exit status 1 when a probe failed.
 
 `run(ctx)` is the hook for the hostile-input runner (`python -m benchmark.hostile_inputs`): the
 runner's own server serves a text model, so this area starts its GME servers itself.
@@ -22,12 +23,16 @@ import os
 import socket
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, Optional
+
+import numpy as np
+from PIL import Image
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
@@ -171,25 +176,67 @@ PROBES: list[tuple[str, Callable[[Servers], tuple[bool, str]]]] = [
 ]
 
 
-def memory_probe(gme_dir: str) -> str:
-    """RSS of the HTTP process around one request of 4 x 8000x8000 transparent PNGs that are decoded."""
-    with ServerProcess(
-        "--model-path", gme_dir, "--is-embedding", "--chat-template", "gme-qwen2-vl",
-        "--mm-max-image-pixels", str(8000 * 8000), "--log-level", "warning",
-    ) as server:  # fmt: skip
-        pid = server.proc.pid
-        post(server.base_url, [{"image": data_uri(PNG)}])  # warm: the first image loads the pools
-        before, hwm_before = rss_mb(pid), rss_mb(pid, "VmHWM")
-        bomb = data_uri(blank_png(8000, 8000))
+class PeakRss:
+    """The highest RSS of a process while the block runs, sampled every 20 ms."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.02):
+            self.peak = max(self.peak, rss_mb(self.pid))
+
+    def __enter__(self) -> "PeakRss":
+        self.peak = rss_mb(self.pid)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _measure(server: ServerProcess, label: str, items: list) -> str:
+    pid = server.proc.pid
+    before = rss_mb(pid)
+    with PeakRss(pid) as peak:
         start = time.monotonic()
-        status, message, _ = post(server.base_url, [{"image": bomb}] * 4, timeout=300)
+        status, message, _ = post(server.base_url, items, timeout=600)
         elapsed = time.monotonic() - start
-        time.sleep(1.0)
-        after, peak = rss_mb(pid), rss_mb(pid, "VmHWM")
+        time.sleep(1.0)  # the trim after a large request runs in the background
+    after = rss_mb(pid)
+    outcome = f"{status}" + (f" ({message[:60]})" if message else "")
     return (
-        f"4 x 8000x8000 PNG decoded: {status} in {elapsed:.1f} s; HTTP process RSS {before:.0f} MB before, "
-        f"peak {max(peak, hwm_before):.0f} MB, {after:.0f} MB after"
+        f"{label}: {outcome} in {elapsed:.1f} s; HTTP process RSS {before:.0f} MB before, "
+        f"peak {peak.peak:.0f} MB (+{peak.peak - before:.0f}), {after:.0f} MB after (+{after - before:.0f})"
     )
+
+
+def memory_probe(gme_dir: str) -> list[str]:
+    """The issue's two memory probes, with the images accepted so that they are decoded: one request
+    of 4 x 8000x8000 transparent PNGs (--mm-max-image-pixels raised to let them through), and one
+    of 256 URLs to a 5 MB image. RSS of the HTTP process before, at its peak (sampled) and after."""
+    big = encode_image(Image.fromarray(np.random.default_rng(3).integers(0, 256, (1290, 1290, 3), np.uint8)))
+    with ImageServer({"/big.png": big}) as host, ServerProcess(
+        "--model-path", gme_dir, "--is-embedding", "--chat-template", "gme-qwen2-vl", "--log-level", "warning",
+        "--mm-max-image-pixels", str(8000 * 8000), "--mm-allow-private-urls",
+    ) as server:  # fmt: skip
+        post(server.base_url, [{"image": data_uri(PNG)}])  # warm: the first image starts the pools
+        bombs = [{"image": data_uri(blank_png(8000, 8000))}] * 4
+        notes = [_measure(server, "4 x 8000x8000 transparent PNG (250 KB each), decoded", bombs)]
+        urls = [{"image": host.url("/big.png")}] * 256
+        notes.append(_measure(server, f"256 URLs to one {len(big) / 1e6:.1f} MB PNG", urls))
+    return notes
+
+
+def cpu_line() -> str:
+    with open("/proc/cpuinfo") as f:
+        flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    wanted = ("avx2", "fma", "avx512f", "avx512_vnni", "amx_tile")
+    return f"CPU flags: {' '.join(x for x in wanted if x in flags)}; cores: {os.cpu_count()}"
 
 
 def start_servers(gme_dir: str, media: str, host: ImageServer) -> Servers:
@@ -230,7 +277,7 @@ def run_probes(memory: bool = False) -> tuple[list[Result], list[str]]:
                 servers.default.stop()
                 servers.open.stop()
         if memory:
-            notes.append(memory_probe(gme_dir))
+            notes += memory_probe(gme_dir)
     return results, notes
 
 
@@ -250,6 +297,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--memory", action="store_true", help="also measure RSS with 8000x8000 PNGs decoded")
     args = parser.parse_args(argv)
+    print(cpu_line())
     results, notes = run_probes(memory=args.memory)
     for r in results:
         print(f"{'ok  ' if r.ok else 'FAIL'}  {r.probe}: {r.detail}")
