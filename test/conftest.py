@@ -23,3 +23,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def gme_dir(tmp_path_factory) -> str:
+    """One tiny random GME (Qwen2-VL) checkpoint shared by every module that only reads it:
+    building one takes seconds."""
+    from test.helpers.tiny_models import build_tiny_gme
+
+    return build_tiny_gme(str(tmp_path_factory.mktemp("gme")))

@@ -19,15 +19,9 @@ import requests
 from test.helpers.gme_reference import hf_gme_embedding, load_hf_gme
 from test.helpers.images import ImageServer, data_uri, gradient_image, png_claiming_size
 from test.helpers.server import ServerProcess
-from test.helpers.tiny_models import build_tiny_gme
 
 pytestmark = pytest.mark.slow
 MAX_IMAGE_BYTES = 200_000
-
-
-@pytest.fixture(scope="module")
-def gme_dir(tmp_path_factory) -> str:
-    return build_tiny_gme(str(tmp_path_factory.mktemp("gme")))
 
 
 @pytest.fixture(scope="module")

@@ -20,18 +20,12 @@ from PIL import Image
 
 from test.helpers.images import HOSTILE_IMAGE_STRINGS, ImageServer, blank_png, data_uri, encode_image, gradient_image
 from test.helpers.server import ServerProcess
-from test.helpers.tiny_models import build_tiny_gme
 
 pytestmark = pytest.mark.slow
 URL_FAILED = "could not load the image URL (the server log has the reason)"
 TIMEOUT = 3.0
 PNG = encode_image(gradient_image(100, 60, seed=1))
 NOISE = encode_image(Image.fromarray(np.random.default_rng(7).integers(0, 256, (400, 400, 3), np.uint8)))  # 480 KB
-
-
-@pytest.fixture(scope="module")
-def gme_dir(tmp_path_factory) -> str:
-    return build_tiny_gme(str(tmp_path_factory.mktemp("gme")))
 
 
 @pytest.fixture(scope="module")
@@ -198,6 +192,7 @@ def test_redirects_are_checked_hop_by_hop(server, images):
 
 
 # ----- 4: malformed strings -----
+
 
 def test_malformed_image_strings_are_400s_that_name_no_path(server, media):
     with ThreadPoolExecutor(4) as pool:

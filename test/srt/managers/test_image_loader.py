@@ -20,15 +20,9 @@ from sglang.srt.managers.multimodal.image_source import parse_image_source
 from sglang.srt.managers.multimodal.processors import Qwen2VLImages
 from sglang.srt.server_args import ServerArgs
 from test.helpers.images import ImageServer, data_uri, encode_image, gradient_image
-from test.helpers.tiny_models import build_tiny_gme
 
 pytestmark = pytest.mark.slow  # builds a model and runs local HTTP servers
 PNG = encode_image(gradient_image(100, 60, seed=1))
-
-
-@pytest.fixture(scope="module")
-def gme_dir(tmp_path_factory) -> str:
-    return build_tiny_gme(str(tmp_path_factory.mktemp("gme")))
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,6 @@ from sglang.srt.managers.multimodal.processors import (
 from sglang.srt.server_args import ServerArgs
 from test.helpers.images import ImageServer, data_uri, encode_image, gradient_image
 from test.helpers.model_info import make_model_info
-from test.helpers.tiny_models import build_tiny_gme
 
 GME_SYSTEM = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
 GME_END = "<|im_end|>\n<|im_start|>assistant\n<|endoftext|>"
@@ -171,11 +170,6 @@ def test_mrope_positions_match_transformers_get_rope_index():
 
 
 # ----- the preparer -----
-@pytest.fixture(scope="module")
-def gme_dir(tmp_path_factory) -> str:
-    return build_tiny_gme(str(tmp_path_factory.mktemp("gme")))
-
-
 def _info(gme_dir, context=512, vision=True) -> ModelInfo:
     images = VisionInfo(model_dir=gme_dir, image_token_id=5, spatial_merge_size=2) if vision else None
     return make_model_info(max_input_length=context, vocab_size=360, vision=images)

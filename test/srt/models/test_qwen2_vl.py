@@ -20,12 +20,6 @@ from sglang.srt.server_args import ServerArgs
 from test.helpers.gme_reference import hf_gme_embedding, load_hf_gme
 from test.helpers.images import gradient_image
 from test.helpers.parity import make_runner, relative_error_rows
-from test.helpers.tiny_models import build_tiny_gme
-
-
-@pytest.fixture(scope="module")
-def gme_dir(tmp_path_factory) -> str:
-    return build_tiny_gme(str(tmp_path_factory.mktemp("gme")))
 
 
 @pytest.fixture(scope="module")
