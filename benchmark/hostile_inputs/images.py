@@ -2,6 +2,7 @@
 
     python benchmark/hostile_inputs/images.py            # builds a tiny random GME, starts its servers
     python benchmark/hostile_inputs/images.py --memory   # also: HTTP-process RSS, the issue's two memory probes
+    python benchmark/hostile_inputs/images.py --memory --baseline /tmp/main/python   # and older code's
 
 Two servers of a tiny random GME-shaped checkpoint (test/helpers/tiny_models.build_tiny_gme):
 `default` with no image flags, and `open` that allows loopback image URLs (the dripping attacker
@@ -215,20 +216,24 @@ def _measure(server: ServerProcess, label: str, items: list) -> str:
     )
 
 
-def memory_probe(gme_dir: str) -> list[str]:
+def memory_probe(gme_dir: str, baseline: Optional[str] = None) -> list[str]:
     """The issue's two memory probes, with the images accepted so that they are decoded: one request
     of 4 x 8000x8000 transparent PNGs (--mm-max-image-pixels raised to let them through), and one
-    of 256 URLs to a 5 MB image. RSS of the HTTP process before, at its peak (sampled) and after."""
+    of 256 URLs to a 5 MB image. RSS of the HTTP process before, at its peak (sampled) and after.
+    `baseline`: a `python/` directory of older code to serve instead (PYTHONPATH), started without
+    the image flags it may not know."""
     big = encode_image(Image.fromarray(np.random.default_rng(3).integers(0, 256, (1290, 1290, 3), np.uint8)))
-    with ImageServer({"/big.png": big}) as host, ServerProcess(
-        "--model-path", gme_dir, "--is-embedding", "--chat-template", "gme-qwen2-vl", "--log-level", "warning",
-        "--mm-max-image-pixels", str(8000 * 8000), "--mm-allow-private-urls",
-    ) as server:  # fmt: skip
+    args = ["--model-path", gme_dir, "--is-embedding", "--chat-template", "gme-qwen2-vl", "--log-level", "warning"]
+    if baseline is None:
+        args += ["--mm-max-image-pixels", str(8000 * 8000), "--mm-allow-private-urls"]
+    env = {"PYTHONPATH": os.path.abspath(baseline)} if baseline else None
+    label = f"[{baseline}] " if baseline else ""
+    with ImageServer({"/big.png": big}) as host, ServerProcess(*args, env=env) as server:
         post(server.base_url, [{"image": data_uri(PNG)}])  # warm: the first image starts the pools
         bombs = [{"image": data_uri(blank_png(8000, 8000))}] * 4
-        notes = [_measure(server, "4 x 8000x8000 transparent PNG (250 KB each), decoded", bombs)]
+        notes = [_measure(server, label + "4 x 8000x8000 transparent PNG (250 KB each), decoded", bombs)]
         urls = [{"image": host.url("/big.png")}] * 256
-        notes.append(_measure(server, f"256 URLs to one {len(big) / 1e6:.1f} MB PNG", urls))
+        notes.append(_measure(server, label + f"256 URLs to one {len(big) / 1e6:.1f} MB PNG", urls))
     return notes
 
 
@@ -253,7 +258,7 @@ def start_servers(gme_dir: str, media: str, host: ImageServer) -> Servers:
     return Servers(default, opened, host, media)
 
 
-def run_probes(memory: bool = False) -> tuple[list[Result], list[str]]:
+def run_probes(memory: bool = False, baseline: Optional[str] = None) -> tuple[list[Result], list[str]]:
     """Every probe, against servers started here; (results, measurements)."""
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="hostile-images-") as tmp:
@@ -278,6 +283,8 @@ def run_probes(memory: bool = False) -> tuple[list[Result], list[str]]:
                 servers.open.stop()
         if memory:
             notes += memory_probe(gme_dir)
+            if baseline:
+                notes += memory_probe(gme_dir, baseline)
     return results, notes
 
 
@@ -296,9 +303,15 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--memory", action="store_true", help="also measure RSS with 8000x8000 PNGs decoded")
+    parser.add_argument(
+        "--baseline",
+        metavar="DIR",
+        help="with --memory: also serve the python/ directory of older code (e.g. "
+        "`git archive main python | tar -x -C /tmp/main`, then /tmp/main/python) and measure it the same way",
+    )
     args = parser.parse_args(argv)
     print(cpu_line())
-    results, notes = run_probes(memory=args.memory)
+    results, notes = run_probes(memory=args.memory, baseline=args.baseline)
     for r in results:
         print(f"{'ok  ' if r.ok else 'FAIL'}  {r.probe}: {r.detail}")
     for note in notes:
