@@ -81,7 +81,9 @@ def server(gme_dir, media):
 
 @pytest.fixture(scope="module")
 def default_server(gme_dir):
-    with ServerProcess("--model-path", gme_dir, "--is-embedding", "--chat-template", "gme-qwen2-vl") as s:
+    """No local files; image URLs opted in to loopback, where the test's image host lives."""
+    args = ("--model-path", gme_dir, "--is-embedding", "--chat-template", "gme-qwen2-vl", "--mm-allow-private-urls")
+    with ServerProcess(*args) as s:
         yield s
 
 
