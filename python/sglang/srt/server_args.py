@@ -42,6 +42,7 @@ CHOICES = {
     "log_level": ("debug", "info", "warning", "error", "critical"),
     "log_format": ("text", "json"),
     "ssl_cert_reqs": (None, "none", "optional", "required"),
+    "load_balance_method": ("shortest_queue", "round_robin"),
 }
 
 
@@ -92,6 +93,9 @@ class ServerArgs:
 
     # Processes
     tokenizer_worker_num: int = 1
+    dp_size: int = 1  # scheduler replicas, each with its own model copy (docs/scaling.md)
+    load_balance_method: str = "shortest_queue"
+    base_gpu_id: int = 0
     startup_timeout: float = 600.0
 
     # Limits, security, shutdown and observability (docs/operations.md)
@@ -168,12 +172,17 @@ class ServerArgs:
             "max_num_tokens",
             "max_queue_size",
             "tokenizer_worker_num",
+            "dp_size",
             "max_payload_bytes",
             "max_client_batch_size",
         )
         for name in positive:
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.base_gpu_id < 0:
+            raise ConfigError("--base-gpu-id must be >= 0")
+        if self.max_queue_size < self.dp_size:
+            raise ConfigError("--max-queue-size is shared by the --dp-size replicas: it must be at least --dp-size")
         if self.context_length is not None and self.context_length < 1:
             raise ConfigError("--context-length must be at least 1")
         if self.max_queue_delay < 0:
@@ -318,7 +327,7 @@ class ServerArgs:
 
         g = parser.add_argument_group("execution")
         g.add_argument("--cpu-threads", type=int, default=None,
-                       help="torch intra-op threads in the scheduler (default: the machine's cores).")
+                       help="torch intra-op threads in each scheduler replica (default: the cores it may use).")
         g.add_argument("--attention-backend", default=d["attention_backend"].default,
                        choices=CHOICES["attention_backend"],
                        help="auto: flashinfer on CUDA when installed; on CPU cpu_varlen (a C kernel built "
@@ -333,6 +342,19 @@ class ServerArgs:
                             "of the device's total (weights, activations, CUDA graphs, workspaces).")
         g.add_argument("--tokenizer-worker-num", type=int, default=d["tokenizer_worker_num"].default,
                        help="HTTP + tokenizer processes sharing the port.")
+
+        g = parser.add_argument_group("data parallelism (docs/scaling.md)")
+        g.add_argument("--dp-size", "--data-parallel-size", dest="dp_size", type=int,
+                       default=d["dp_size"].default,
+                       help="Scheduler replicas, each with its own model copy, behind one port. CUDA: replica i "
+                            "on GPU --base-gpu-id + i (shared round-robin when there are fewer); CPU: the cores "
+                            "are split into one contiguous set per replica.")
+        g.add_argument("--load-balance-method", default=d["load_balance_method"].default,
+                       choices=CHOICES["load_balance_method"],
+                       help="How a tokenizer worker picks replicas: shortest_queue (fewest tokens in flight, "
+                            "as that worker knows it) or round_robin.")
+        g.add_argument("--base-gpu-id", type=int, default=d["base_gpu_id"].default,
+                       help="The GPU of the first replica (CUDA).")
 
         g = parser.add_argument_group("limits, security and shutdown (docs/operations.md)")
         g.add_argument("--api-key", default=None,

@@ -8,7 +8,7 @@ import pickle
 import orjson
 import pytest
 
-from sglang.srt.configs.model_info import ModelInfo, OutputKind, VisionInfo
+from sglang.srt.configs.model_info import ModelInfo, OutputKind, ReplicaInfo, VisionInfo
 from test.helpers.model_info import make_model_info
 
 # The keys /model_info (and Engine.get_model_info) have always shown, less the three the route adds.
@@ -44,6 +44,8 @@ MODEL_INFO_KEYS = {
     "prompts",
     "default_prompt",
     "prompt_in_pooling",
+    "dp_size",
+    "replicas",
 }
 
 
@@ -54,12 +56,21 @@ def test_to_dict_keeps_the_model_info_keys_as_plain_json_values():
         labels=("a", "b"),
         embeddings_output=OutputKind.LOGITS,
         vision=VisionInfo(model_dir="/m", image_token_id=5, spatial_merge_size=2),
+        dp_size=2,
+        replicas=(
+            ReplicaInfo(dp_rank=0, device="cpu", cpu_cores=(0, 1), cpu_threads=2),
+            ReplicaInfo(dp_rank=1, device="cuda:1"),
+        ),
     )
     out = info.to_dict()
     assert set(out) == MODEL_INFO_KEYS
     assert out["matryoshka_dimensions"] == [8, 16] and out["labels"] == ["a", "b"]
     assert out["vision"] == {"model_dir": "/m", "image_token_id": 5, "spatial_merge_size": 2}
     assert type(out["embeddings_output"]) is str and out["embeddings_output"] == "logits"
+    assert out["dp_size"] == 2 and out["replicas"] == [
+        {"dp_rank": 0, "device": "cpu", "cpu_cores": [0, 1], "cpu_threads": 2},
+        {"dp_rank": 1, "device": "cuda:1", "cpu_cores": None, "cpu_threads": None},
+    ]
     assert orjson.loads(orjson.dumps(out)) == out
     from sglang.srt.configs.colbert_config import ColbertConfig
 

@@ -169,3 +169,15 @@ def test_outputs_carry_batch_shape_and_queue_length_for_metrics():
     assert (out.batch_size, out.batch_tokens, out.queue_length) == (2, 7, 1)
     out, _ = s.step()
     assert (out.batch_size, out.batch_tokens, out.queue_length) == (1, 5, 0)
+
+
+def test_a_replica_owns_its_share_of_the_queue_and_stamps_its_rank():
+    """--dp-size 2, --max-queue-size 5: replica 0 queues 3, replica 1 queues 2 (5 server-wide)."""
+    args = _args(max_queue_size=5, dp_size=2)
+    first, second = (Scheduler(args, _sum_embed([]), Clock(), dp_rank=r) for r in (0, 1))
+    assert (first.max_queue_size, second.max_queue_size) == (3, 2)
+    assert second.add_requests([_req("a"), _req("b")]) is None
+    refused = second.add_requests([_req("c")])
+    assert refused.error_codes == [ErrorKind.QUEUE_FULL] and refused.dp_rank == 1
+    out, _ = second.step()
+    assert out.rids == ["a", "b"] and out.dp_rank == 1

@@ -35,6 +35,19 @@ class VisionInfo:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReplicaInfo:
+    """Where one scheduler replica (`--dp-size`) runs."""
+
+    dp_rank: int
+    device: str  # "cpu", "cuda:1"
+    cpu_cores: Optional[tuple[int, ...]] = None  # the cores it may use (CPU)
+    cpu_threads: Optional[int] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "cpu_cores": _list(self.cpu_cores)}
+
+
+@dataclass(frozen=True, kw_only=True)
 class ModelInfo:
     model_path: str
     served_model_name: str
@@ -71,6 +84,9 @@ class ModelInfo:
     prompts: tuple[tuple[str, str], ...] = ()
     default_prompt: Optional[str] = None
     prompt_in_pooling: bool = True
+    # Data parallelism: `device` and `cpu_threads` above are replica 0's; every replica's are here.
+    dp_size: int = 1
+    replicas: tuple[ReplicaInfo, ...] = ()
 
     @property
     def is_classifier(self) -> bool:
@@ -87,6 +103,7 @@ class ModelInfo:
             colbert = dataclasses.asdict(self.colbert)
             out["colbert"] = {k: list(v) if isinstance(v, tuple) else v for k, v in colbert.items()}
         out["prompts"] = dict(self.prompts)
+        out["replicas"] = [r.to_dict() for r in self.replicas]
         return out
 
 

@@ -1,10 +1,11 @@
-"""Start the scheduler and detokenizer processes, wait for READY, watch them, stop them.
+"""Start the scheduler replica(s) and the detokenizer, wait for READY, watch them, stop them.
 
 Shared by the HTTP server and the offline Engine so both run the very same processes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import multiprocessing as mp
 import os
@@ -14,10 +15,11 @@ import time
 from multiprocessing.connection import wait as mp_wait
 from typing import Callable, Optional
 
-from sglang.srt.configs.model_info import ModelInfo
+from sglang.srt.configs.model_info import ModelInfo, ReplicaInfo
 from sglang.srt.errors import ConfigError
 from sglang.srt.managers.detokenizer_manager import run_detokenizer_process
-from sglang.srt.managers.scheduler_process import run_scheduler_process
+from sglang.srt.managers.scheduler_process import replica_name, run_scheduler_process
+from sglang.srt.model_executor.placement import plan_slots
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.network import PortArgs
 from sglang.srt.utils.process import ENGINE_DEAD_SIGNAL, mark_stopping, terminate_processes
@@ -40,30 +42,37 @@ class EngineProcesses:
         self._watcher: Optional[threading.Thread] = None
 
     def start(self) -> ModelInfo:
-        """Spawn both children and block until they report READY; returns the model info."""
+        """Spawn the scheduler replica(s) and the detokenizer, block until all report READY, and
+        return the model info (with every replica's placement)."""
         ctx = mp.get_context("spawn")
-        targets = (("scheduler", run_scheduler_process), ("detokenizer", run_detokenizer_process))
+        slots = plan_slots(self.server_args.dp_size)
+        targets = [(f"sglang-{replica_name(slot)}", run_scheduler_process, (slot,)) for slot in slots]
+        targets.append(("sglang-detokenizer", run_detokenizer_process, ()))
         readers = {}
         try:
-            for name, target in targets:
+            for name, target, extra in targets:
                 reader, writer = ctx.Pipe(duplex=False)
                 proc = ctx.Process(
                     target=target,
-                    name=f"sglang-{name}",
-                    args=(self.server_args, self.port_args, writer, os.getpid()),
+                    name=name,
+                    args=(self.server_args, self.port_args, writer, os.getpid(), *extra),
                     daemon=True,
                 )
                 proc.start()
                 writer.close()
                 self.procs.append(proc)
                 readers[name] = (reader, proc)
+            infos = []
             for name, (reader, proc) in readers.items():
-                msg = self._wait_ready(name, reader, proc)
-                if name == "scheduler":
-                    self.model_info = msg["model_info"]
+                msg = self._wait_ready(name.removeprefix("sglang-"), reader, proc)
+                if "model_info" in msg:
+                    infos.append(msg["model_info"])
+            self.model_info = merge_replica_infos(infos)
         except BaseException:
             self.shutdown()
             raise
+        for replica in self.model_info.replicas:
+            logger.info("replica %d: %s", replica.dp_rank, describe_replica(replica))
         return self.model_info
 
     def start_http_workers(self, model_info: ModelInfo, worker_entry: HttpWorkerEntry) -> None:
@@ -178,6 +187,31 @@ class EngineProcesses:
         mark_stopping(self.port_args.ipc_dir)
         terminate_processes([p for p in self.procs if p not in self.http_procs])
         self.port_args.cleanup()
+
+
+def merge_replica_infos(infos: list[ModelInfo]) -> ModelInfo:
+    """One ModelInfo for the server: replica 0's, listing every replica's placement."""
+    first = infos[0]
+    replicas = tuple(r for info in infos for r in info.replicas)
+    return dataclasses.replace(first, dp_size=len(infos), replicas=replicas)
+
+
+def describe_replica(replica: ReplicaInfo) -> str:
+    """`cpu (cores 0-1, 2 torch threads)` or `cuda:1`: what the start-up log shows for a replica."""
+    if replica.cpu_cores is None:
+        return replica.device
+    return f"{replica.device} (cores {format_cores(replica.cpu_cores)}, {replica.cpu_threads} torch threads)"
+
+
+def format_cores(cores: tuple[int, ...]) -> str:
+    """(0, 1, 2, 5) -> '0-2,5' (the taskset / cpuset list form)."""
+    spans: list[list[int]] = []
+    for c in sorted(cores):
+        if spans and c == spans[-1][1] + 1:
+            spans[-1][1] = c
+        else:
+            spans.append([c, c])
+    return ",".join(f"{a}-{b}" if b > a else f"{a}" for a, b in spans)
 
 
 def describe_exit(code: Optional[int]) -> str:

@@ -97,6 +97,7 @@ def render_output(
             batch_size=out.batch_size,
             batch_tokens=out.batch_tokens,
             queue_length=out.queue_length,
+            dp_rank=out.dp_rank,
         )
     )
     for i, rid in enumerate(out.rids):

@@ -2,10 +2,10 @@
 
 The links:
     HTTP / Engine --EmbeddingReqInput--> TokenizerManager
-    TokenizerManager --BatchTokenizedEmbeddingReqInput--> Scheduler
-    Scheduler --BatchEmbeddingOutput--> Detokenizer
+    TokenizerManager --BatchTokenizedEmbeddingReqInput--> Scheduler (one of the --dp-size replicas)
+    Scheduler (every replica) --BatchEmbeddingOutput--> Detokenizer
     Detokenizer --BatchEmbeddingResult--> TokenizerManager (the worker that asked)
-    TokenizerManager --AbortReq--> Scheduler
+    TokenizerManager --AbortReq--> Scheduler (the replica holding the inputs)
 """
 
 from __future__ import annotations
@@ -162,6 +162,7 @@ class BatchEmbeddingOutput:
     batch_size: int = 0
     batch_tokens: int = 0
     queue_length: int = 0
+    dp_rank: int = 0  # the scheduler replica that answered (--dp-size)
     # Sparse rows: row i owns entries sparse_offsets[i]:sparse_offsets[i + 1] of the concatenated
     # token ids and weights; only rows with a SPARSE_FORMATS format are rendered from them. None: no
     # request of the batch asked for a sparse format.
@@ -185,7 +186,7 @@ class BatchEmbeddingOutput:
 
     @staticmethod
     def failure(
-        reqs: list[TokenizedEmbeddingReqInput], kind: ErrorKind, msg: str, queue_length: int = 0
+        reqs: list[TokenizedEmbeddingReqInput], kind: ErrorKind, msg: str, queue_length: int = 0, dp_rank: int = 0
     ) -> "BatchEmbeddingOutput":
         n = len(reqs)
         return BatchEmbeddingOutput(
@@ -199,6 +200,7 @@ class BatchEmbeddingOutput:
             error_messages=[msg] * n,
             queue_times=[0.0] * n,
             queue_length=queue_length,
+            dp_rank=dp_rank,
         )
 
 
@@ -220,3 +222,4 @@ class BatchEmbeddingResult:
     # Per-token rows: the JSON array of the token ids their vectors belong to (b"" for other rows);
     # None when no row of this result has per-token output.
     token_ids: Optional[list[bytes]] = None
+    dp_rank: int = 0

@@ -18,6 +18,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from sglang.srt.errors import QUEUE_FULL_MESSAGE, REQUEST_TIMEOUT_MESSAGE, ErrorKind
+from sglang.srt.managers.dp_policy import replica_queue_sizes
 from sglang.srt.managers.io_struct import BatchEmbeddingOutput, TokenizedEmbeddingReqInput
 from sglang.srt.managers.request_tracing import trace_batch, trace_contexts, trace_refused
 from sglang.srt.managers.schedule_policy import BatchBudget, next_batch
@@ -35,13 +36,16 @@ class Scheduler:
         forward_fn: ForwardFn,
         clock: Callable[[], float] = time.monotonic,
         tracing: Optional[Tracing] = None,
+        dp_rank: int = 0,
     ) -> None:
         self.budget = BatchBudget(
             max_batch_size=server_args.max_batch_size,
             max_num_tokens=server_args.max_num_tokens,
             max_queue_delay=server_args.max_queue_delay,
         )
-        self.max_queue_size = server_args.max_queue_size
+        # With --dp-size N this replica owns its share of the server-wide --max-queue-size.
+        self.dp_rank = dp_rank
+        self.max_queue_size = replica_queue_sizes(server_args.max_queue_size, server_args.dp_size)[dp_rank]
         # Inputs still queued this long after they were tokenized fail with TIMEOUT (None: never).
         self.request_timeout = server_args.request_timeout or None
         self.forward_fn = forward_fn
@@ -63,7 +67,7 @@ class Scheduler:
             if self.tracing.enabled:
                 trace_refused(self.tracing, rejected, self.clock(), "queue full")
             return BatchEmbeddingOutput.failure(
-                rejected, ErrorKind.QUEUE_FULL, QUEUE_FULL_MESSAGE, queue_length=len(self.waiting)
+                rejected, ErrorKind.QUEUE_FULL, QUEUE_FULL_MESSAGE, queue_length=len(self.waiting), dp_rank=self.dp_rank
             )
         return None
 
@@ -85,7 +89,11 @@ class Scheduler:
             if self.tracing.enabled:
                 trace_refused(self.tracing, expired, now, "timed out in the queue (--request-timeout)")
             out = BatchEmbeddingOutput.failure(
-                expired, ErrorKind.TIMEOUT, REQUEST_TIMEOUT_MESSAGE, queue_length=len(self.waiting)
+                expired,
+                ErrorKind.TIMEOUT,
+                REQUEST_TIMEOUT_MESSAGE,
+                queue_length=len(self.waiting),
+                dp_rank=self.dp_rank,
             )
             out.queue_times = [max(0.0, now - r.arrival_time) for r in expired]
             return out, (0.0 if self.waiting else None)
@@ -128,7 +136,11 @@ class Scheduler:
             if self.tracing.enabled:
                 trace_batch(self.tracing, reqs, start, self.clock(), error=f"{type(e).__name__}: {e}")
             return BatchEmbeddingOutput.failure(
-                reqs, ErrorKind.INTERNAL, f"Internal error during the forward pass: {e}", queue_length=len(self.waiting)
+                reqs,
+                ErrorKind.INTERNAL,
+                f"Internal error during the forward pass: {e}",
+                queue_length=len(self.waiting),
+                dp_rank=self.dp_rank,
             )
         elapsed = self.clock() - start
         if self.tracing.enabled:
@@ -157,6 +169,7 @@ class Scheduler:
             batch_size=n,
             batch_tokens=tokens,
             queue_length=len(self.waiting),
+            dp_rank=self.dp_rank,
             sparse_indices=out.sparse_indices,
             sparse_values=out.sparse_values,
             sparse_offsets=out.sparse_offsets,

@@ -4,35 +4,43 @@ from __future__ import annotations
 
 import logging
 import traceback
+from typing import Optional
 
 import zmq
 
 from sglang.srt.errors import ConfigError
 from sglang.srt.managers.io_struct import AbortReq, BatchTokenizedEmbeddingReqInput
 from sglang.srt.managers.scheduler import Scheduler
+from sglang.srt.model_executor.placement import ReplicaSlot
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.logging_utils import configure_logging
 from sglang.srt.utils.msgcodec import decode, send
 from sglang.srt.utils.network import PortArgs, make_socket
-from sglang.srt.utils.process import prepare_child_process
+from sglang.srt.utils.process import prepare_child_process, set_process_name
 from sglang.srt.utils.tracing import Tracing
 
 logger = logging.getLogger(__name__)
 
 
-def run_scheduler_process(server_args: ServerArgs, port_args: PortArgs, ready_pipe, parent_pid: int) -> None:
+def run_scheduler_process(
+    server_args: ServerArgs, port_args: PortArgs, ready_pipe, parent_pid: int, slot: Optional[ReplicaSlot] = None
+) -> None:
+    """One scheduler replica (`slot`: its dp_rank and, on CPU, its cores; None: the only one)."""
+    slot = slot or ReplicaSlot()
     on_stop: list = []
     prepare_child_process(parent_pid, port_args.ipc_dir, on_stop)
-    configure_logging(server_args.log_level, "scheduler", server_args.log_format)
+    if slot.dp_size > 1:  # ps/top keep 15 bytes: sglang-sched-1 rather than sglang-schedule for all
+        set_process_name(f"sglang-sched-{slot.dp_rank}")
+    configure_logging(server_args.log_level, replica_name(slot), server_args.log_format)
     try:
         from sglang.srt.model_executor.model_runner import ModelRunner
 
-        tracing = Tracing.start(server_args.enable_trace, server_args.otlp_traces_endpoint, "scheduler")
+        tracing = Tracing.start(server_args.enable_trace, server_args.otlp_traces_endpoint, replica_name(slot))
         on_stop.append(tracing.shutdown)
-        runner = ModelRunner(server_args)
-        scheduler = Scheduler(server_args, runner.run_requests, tracing=tracing)
+        runner = ModelRunner(server_args, slot)
+        scheduler = Scheduler(server_args, runner.run_requests, tracing=tracing, dp_rank=slot.dp_rank)
         ctx = zmq.Context()
-        recv = make_socket(ctx, zmq.PULL, port_args.scheduler_input, bind=True)
+        recv = make_socket(ctx, zmq.PULL, port_args.scheduler_input_of(slot.dp_rank), bind=True)
         send = make_socket(ctx, zmq.PUSH, port_args.detokenizer_input, bind=False)
     except ConfigError as e:
         ready_pipe.send({"status": "error", "message": str(e)})
@@ -44,6 +52,11 @@ def run_scheduler_process(server_args: ServerArgs, port_args: PortArgs, ready_pi
     ready_pipe.send({"status": "ready", "model_info": runner.model_info()})
     ready_pipe.close()
     SchedulerLoop(scheduler, recv, send).run_forever()
+
+
+def replica_name(slot: ReplicaSlot) -> str:
+    """`scheduler`, or `scheduler-<dp_rank>` with --dp-size > 1 (log lines, process names)."""
+    return "scheduler" if slot.dp_size == 1 else f"scheduler-{slot.dp_rank}"
 
 
 class SchedulerLoop:

@@ -21,10 +21,10 @@ from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.errors import EmbeddingError, ErrorKind, engine_error, queue_full_error
 from sglang.srt.layers.token_outputs import TOKENS_DOCUMENT, TOKENS_QUERY
 from sglang.srt.managers.colbert_inputs import ColbertInputs
+from sglang.srt.managers.dp_policy import replica_capacities
+from sglang.srt.managers.dp_router import ReplicaRouter
 from sglang.srt.managers.io_struct import (
-    AbortReq,
     BatchEmbeddingResult,
-    BatchTokenizedEmbeddingReqInput,
     EmbeddingReqInput,
     TokenizedEmbeddingReqInput,
 )
@@ -34,7 +34,7 @@ from sglang.srt.managers.request_tracing import request_span
 from sglang.srt.managers.tokenization import InputTokenizer
 from sglang.srt.metrics.server_metrics import ServerMetrics
 from sglang.srt.server_args import ServerArgs
-from sglang.srt.utils.msgcodec import decode, send
+from sglang.srt.utils.msgcodec import decode
 from sglang.srt.utils.network import PortArgs, make_socket
 from sglang.srt.utils.tracing import Tracing
 
@@ -97,7 +97,8 @@ class TokenizerManager:
             else None
         )
         self.ctx = zmq.asyncio.Context()
-        self.to_scheduler = make_socket(self.ctx, zmq.PUSH, port_args.scheduler_input, bind=False)
+        # The scheduler replica(s): placement, per-replica load, aborts and retries (managers/dp_router.py).
+        self.router = ReplicaRouter(server_args, port_args, self.ctx, worker_id)
         self.from_detokenizer = make_socket(self.ctx, zmq.PULL, port_args.tokenizer_output(worker_id), bind=True)
         self.states: dict[str, tuple[ReqState, int]] = {}
         self.admission_limit = admission_limit(server_args)
@@ -128,14 +129,15 @@ class TokenizerManager:
             if not state.future.done():
                 state.future.set_exception(err)
         self.states.clear()
+        self.router.clear()
 
     @property
     def num_in_flight(self) -> int:
         return len(self.states)
 
     def has_room(self, n_inputs: int = 1) -> bool:
-        """False when the scheduler's queue cannot take `n_inputs` more (see admission_limit)."""
-        return len(self.states) + n_inputs <= self.admission_limit
+        """False when the replicas' queues cannot take `n_inputs` more (see dp_policy.replica_capacities)."""
+        return self.router.room() >= n_inputs
 
     # ----- requests -----
     async def embed(self, req: EmbeddingReqInput) -> EmbeddingResult:
@@ -195,11 +197,17 @@ class TokenizerManager:
         if prepared is not None:
             attach_images(reqs, prepared)
         n = len(reqs)
+        if self.dead_reason is not None:  # it died while this request was being tokenized
+            raise EmbeddingError(ErrorKind.UNAVAILABLE, f"The embedding engine is unavailable: {self.dead_reason}")
+        sends = self.router.dispatch(reqs)
+        if sends is None:  # the room went to other requests while this one was being tokenized
+            raise queue_full_error()
         state = ReqState.for_inputs(n)
         for i, r in enumerate(reqs):
             self.states[r.rid] = (state, i)
-        await send(self.to_scheduler, BatchTokenizedEmbeddingReqInput(reqs))
         try:
+            for sent in sends:
+                await sent
             if self.backstop_timeout is None:
                 await state.future
             else:
@@ -235,8 +243,8 @@ class TokenizerManager:
     def _abort(self, rids: list[str]) -> None:
         pending = [rid for rid in rids if self.states.pop(rid, None) is not None]
         if pending and self.dead_reason is None:
-            # Fire and forget: the scheduler drops whatever is still queued.
-            send(self.to_scheduler, AbortReq(pending))
+            # Fire and forget: the replicas drop whatever is still queued.
+            self.router.abort(pending)
 
     async def _result_loop(self) -> None:
         while True:
@@ -249,10 +257,20 @@ class TokenizerManager:
 
     def _dispatch(self, res: BatchEmbeddingResult) -> None:
         self.metrics.observe_batch(
-            batch_size=res.batch_size, batch_tokens=res.batch_tokens, queue_length=res.queue_length
+            batch_size=res.batch_size,
+            batch_tokens=res.batch_tokens,
+            queue_length=res.queue_length,
+            forward_time=res.inference_time,
+            dp_rank=res.dp_rank,
         )
+        refused = [rid for rid, code in zip(res.rids, res.error_codes) if code == ErrorKind.QUEUE_FULL]
+        # A replica whose queue share is full refused a part: it goes to another replica if one has room.
+        retried = self.router.retry_refused(refused) if refused else ()
         for i, rid in enumerate(res.rids):
+            if rid in retried:
+                continue
             entry = self.states.pop(rid, None)
+            self.router.answered(rid)
             if entry is None:
                 continue  # aborted or already failed
             state, idx = entry
@@ -278,12 +296,13 @@ class TokenizerManager:
 def admission_limit(server_args: ServerArgs) -> int:
     """Most inputs one tokenizer manager keeps in flight before it refuses more by itself (QUEUE_FULL).
 
-    The scheduler holds at most --max-queue-size waiting inputs and runs a batch taken from them,
-    so inputs in flight beyond queue + min(batch, queue) cannot all have room. The count is this
-    process's own, so with several tokenizer workers the scheduler's check stays the global one;
-    results on their way back still count, so near the limit a refusal may come a batch early.
+    Each scheduler replica holds at most its share of --max-queue-size waiting and runs a batch
+    taken from them, so inputs in flight beyond share + min(batch, share) per replica cannot all
+    have room (dp_policy.replica_capacities). The count is this process's own, so with several
+    tokenizer workers the schedulers' checks stay the global ones; results on their way back still
+    count, so near the limit a refusal may come a batch early.
     """
-    return server_args.max_queue_size + min(server_args.max_batch_size, server_args.max_queue_size)
+    return sum(replica_capacities(server_args))
 
 
 INLINE_TOKENIZE_CHARS = 32_768  # beyond this many characters a request is tokenized off the event loop

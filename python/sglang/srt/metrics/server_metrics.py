@@ -2,8 +2,9 @@
 
 Request counts come from the HTTP middleware; per-request durations and tokens from the
 TokenizerManager when a request completes; queue length and batch shapes from the scheduler,
-carried on every result message. With `--tokenizer-worker-num N` each worker process keeps its own
-registry, so its /metrics covers the requests it served and the batches whose results it received.
+carried on every result message, with a `dp_rank` label for the replica that ran them
+(`--dp-size`). With `--tokenizer-worker-num N` each worker process keeps its own registry, so its
+/metrics covers the requests it served and the batches whose results it received.
 """
 
 from __future__ import annotations
@@ -59,10 +60,12 @@ class ServerMetrics:
         self.inputs = r.register(
             Counter("sglang_embedding_inputs_total", "Inputs (texts or token lists) embedded for successful requests.")
         )
+        # Per scheduler replica (--dp-size): the dp_rank label says which one ran the batch.
         self.queue_length = r.register(
             Gauge(
                 "sglang_queue_length",
-                "Inputs waiting in the scheduler queue, as of the latest result this process received.",
+                "Inputs waiting in a scheduler replica's queue, as of the latest result this process received from it.",
+                ("dp_rank",),
             )
         )
         self.batch_size = r.register(
@@ -70,6 +73,7 @@ class ServerMetrics:
                 "sglang_batch_size",
                 "Inputs per forward pass (batches this process received results of).",
                 BATCH_SIZE_BUCKETS,
+                ("dp_rank",),
             )
         )
         self.batch_tokens = r.register(
@@ -77,6 +81,15 @@ class ServerMetrics:
                 "sglang_batch_tokens",
                 "Tokens per forward pass (batches this process received results of).",
                 BATCH_TOKEN_BUCKETS,
+                ("dp_rank",),
+            )
+        )
+        self.forward_duration = r.register(
+            Histogram(
+                "sglang_forward_duration_seconds",
+                "Forward-pass time per batch (batches this process received results of).",
+                DURATION_BUCKETS,
+                ("dp_rank",),
             )
         )
 
@@ -90,12 +103,16 @@ class ServerMetrics:
         self.queue_duration.observe(queue)
         self.inference_duration.observe(inference)
 
-    def observe_batch(self, *, batch_size: int, batch_tokens: int, queue_length: int) -> None:
+    def observe_batch(
+        self, *, batch_size: int, batch_tokens: int, queue_length: int, forward_time: float = 0.0, dp_rank: int = 0
+    ) -> None:
         """A result message arrived; batch_size is 0 for answers given without a forward pass."""
-        self.queue_length.set(queue_length)
+        rank = str(dp_rank)
+        self.queue_length.set(queue_length, dp_rank=rank)
         if batch_size > 0:
-            self.batch_size.observe(batch_size)
-            self.batch_tokens.observe(batch_tokens)
+            self.batch_size.observe(batch_size, dp_rank=rank)
+            self.batch_tokens.observe(batch_tokens, dp_rank=rank)
+            self.forward_duration.observe(forward_time, dp_rank=rank)
 
     def render(self) -> bytes:
         return self.registry.render()

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import logging
-import os
 from typing import TYPE_CHECKING, Optional, Sequence, Union
 
 import numpy as np
 import torch
 
 from sglang.srt.configs.model_config import ModelConfig
-from sglang.srt.configs.model_info import ModelInfo
-from sglang.srt.errors import ConfigError
+from sglang.srt.configs.model_info import ModelInfo, ReplicaInfo
 from sglang.srt.layers.attention.layer import AttentionLayer
 from sglang.srt.layers.attention.registry import create_attention_backend
 from sglang.srt.layers.linear import prepack_cpu_linears, quantize_cpu_linears
@@ -20,6 +18,7 @@ from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_executor.forward_io import ForwardInput, ForwardOutput
 from sglang.srt.model_executor.multimodal_batch import build_multimodal_batch, has_images, vision_info
 from sglang.srt.model_executor.output_head import OutputHead, normalize_rows
+from sglang.srt.model_executor.placement import ReplicaSlot, place_replica
 from sglang.srt.model_loader.loader import load_model
 from sglang.srt.models import model_class
 from sglang.srt.server_args import ServerArgs
@@ -29,26 +28,6 @@ if TYPE_CHECKING:
     from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner
 
 logger = logging.getLogger(__name__)
-
-
-def resolve_device(requested: str) -> torch.device:
-    if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("--device cuda was asked for, but torch sees no CUDA device")
-    return torch.device(requested)
-
-
-def configure_cpu_threads(requested: Optional[int]) -> int:
-    """Intra-op threads: the user's number, else every core this process may run on."""
-    if requested:
-        threads = requested
-    elif hasattr(os, "sched_getaffinity"):
-        threads = len(os.sched_getaffinity(0))
-    else:
-        threads = os.cpu_count() or 1
-    torch.set_num_threads(max(1, threads))
-    return torch.get_num_threads()
 
 
 def cpu_bf16_units() -> Optional[str]:
@@ -71,13 +50,19 @@ SLOW_BF16_WARNING = (
 
 
 class ModelRunner:
-    def __init__(self, server_args: ServerArgs) -> None:
+    def __init__(self, server_args: ServerArgs, slot: Optional[ReplicaSlot] = None) -> None:
         self.server_args = server_args
-        self.device = resolve_device(server_args.device)
-        if self.device.type == "cpu":
-            configure_cpu_threads(server_args.cpu_threads)
-        else:  # a hard cap on this process's PyTorch allocations (weights, activations, graphs)
-            torch.cuda.set_per_process_memory_fraction(server_args.mem_fraction_static, self.device)
+        self.slot = slot or ReplicaSlot()
+        # This replica's GPU (with a hard cap on its PyTorch allocations: weights, activations,
+        # graphs) or its CPU cores and threads, before anything is allocated.
+        self.placement = place_replica(
+            self.slot,
+            server_args.device,
+            server_args.base_gpu_id,
+            server_args.cpu_threads,
+            server_args.mem_fraction_static,
+        )
+        self.device = self.placement.device
         self.int8 = check_quantization(server_args.quantization, self.device)  # fail before loading
         model_dir = resolve_model_path(server_args.model_path, server_args.revision, server_args.download_dir)
         self.model_config = ModelConfig.from_server_args(server_args, model_dir, self.device.type)
@@ -174,6 +159,17 @@ class ModelRunner:
             **mc.output.info(),  # embeddings_output (dense / sparse / logits / multi_vector), heads, labels
             multi_vector_dim=self.output_head.tokens.head.dim if self.output_head.tokens.head is not None else None,
             hidden_size=mc.hidden_size,
+            dp_size=self.slot.dp_size,
+            replicas=(self.replica_info(),),  # the server process gathers every replica's
+        )
+
+    def replica_info(self) -> ReplicaInfo:
+        cpu = self.device.type == "cpu"
+        return ReplicaInfo(
+            dp_rank=self.slot.dp_rank,
+            device=str(self.device),
+            cpu_cores=self.placement.cpu_cores,
+            cpu_threads=torch.get_num_threads() if cpu else None,
         )
 
     def build_batch(

@@ -34,7 +34,7 @@ class PortArgs:
     """The IPC endpoints of one engine, all inside a private 0700 directory."""
 
     ipc_dir: str
-    scheduler_input: str  # tokenizer manager(s) -> scheduler
+    scheduler_input: str  # tokenizer manager(s) -> scheduler (replica 0 of --dp-size; see scheduler_input_of)
     detokenizer_input: str  # scheduler -> detokenizer
     tokenizer_output_prefix: str  # detokenizer -> tokenizer manager N: f"{prefix}{N}"
 
@@ -49,6 +49,10 @@ class PortArgs:
             detokenizer_input=f"ipc://{ipc_dir}/detokenizer",
             tokenizer_output_prefix=f"ipc://{ipc_dir}/tokenizer-",
         )
+
+    def scheduler_input_of(self, dp_rank: int) -> str:
+        """Where scheduler replica `dp_rank` listens (replica 0: `scheduler_input`)."""
+        return self.scheduler_input if dp_rank == 0 else f"{self.scheduler_input}-{dp_rank}"
 
     def tokenizer_output(self, worker_id: int) -> str:
         return f"{self.tokenizer_output_prefix}{worker_id}"

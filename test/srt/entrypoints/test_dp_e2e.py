@@ -1,0 +1,218 @@
+"""--dp-size on the real server and Engine: replicas pinned to their cores, vectors equal to one
+scheduler's, work spread over every replica (read from /metrics and the replicas' CPU time), a
+replica's death failing requests fast, and a SIGTERM draining every replica."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+import requests
+
+from test.helpers.procs import running, wait_for
+from test.helpers.prom import parse, value
+from test.helpers.server import ServerProcess
+from test.helpers.texts import load_texts
+
+pytestmark = pytest.mark.slow
+LONG = "the quick brown fox jumps over the lazy dog " * 25  # ~226 tokens
+
+
+@pytest.fixture(scope="module")
+def dp_server():
+    with ServerProcess("--dp-size", "2", "--max-batch-size", "8", "--graceful-timeout", "30") as s:
+        yield s
+
+
+def _pids_by_name(server: ServerProcess) -> dict[str, int]:
+    out = {}
+    for pid in server.children():
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                out[f.read().strip()] = pid
+        except FileNotFoundError:
+            pass
+    return out
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def _allowed_cores(pid: int) -> list[int]:
+    return sorted(os.sched_getaffinity(pid))
+
+
+def _batches(server: ServerProcess) -> dict[str, float]:
+    fams = parse(requests.get(server.base_url + "/metrics", timeout=10).text)
+    return {rank: value(fams, "sglang_batch_size_count", dp_rank=rank) for rank in ("0", "1")}
+
+
+def _embed(server: ServerProcess, texts: list[str], headers=None) -> np.ndarray:
+    r = requests.post(server.base_url + "/v1/embeddings", json={"input": texts}, headers=headers, timeout=60)
+    assert r.status_code == 200, r.text
+    data = r.json()["data"]
+    assert [d["index"] for d in data] == list(range(len(texts)))
+    return np.asarray([d["embedding"] for d in data], dtype=np.float32)
+
+
+def test_each_replica_runs_on_its_own_cores_with_that_many_threads(dp_server):
+    info = requests.get(dp_server.base_url + "/model_info", timeout=10).json()
+    assert info["dp_size"] == 2 and [r["dp_rank"] for r in info["replicas"]] == [0, 1]
+    cores = [r["cpu_cores"] for r in info["replicas"]]
+    assert not set(cores[0]) & set(cores[1]), cores  # disjoint sets (2+ cores here)
+    assert sorted(cores[0] + cores[1]) == sorted(os.sched_getaffinity(0))
+    for replica in info["replicas"]:
+        assert replica["device"] == "cpu" and replica["cpu_threads"] == len(replica["cpu_cores"])
+    # The operating system agrees: each replica process may only run on its own cores.
+    pids = _pids_by_name(dp_server)
+    assert _allowed_cores(pids["sglang-sched-0"]) == cores[0]
+    assert _allowed_cores(pids["sglang-sched-1"]) == cores[1]
+    log = dp_server.log()
+    for rank in (0, 1):
+        assert f"replica {rank}: cpu (cores " in log
+
+
+def test_a_large_request_is_split_over_both_replicas_in_order_with_the_vectors_of_one_scheduler(
+    dp_server, hardened_server
+):
+    texts = [t for t in load_texts() if len(t.split()) < 120][:32]
+    before = _batches(dp_server)
+    ours = _embed(dp_server, texts)  # one request of 32 inputs
+    after = _batches(dp_server)
+    assert after["0"] > before["0"] and after["1"] > before["1"], (before, after)
+    # The same texts one at a time through a one-scheduler server (--dp-size 1, the shared fixture).
+    ref = np.concatenate([_embed(hardened_server, [t], hardened_server.headers) for t in texts])
+    np.testing.assert_allclose(ours, ref, atol=2e-5)
+
+
+def test_concurrent_clients_keep_both_replicas_busy(dp_server):
+    texts = [t for t in load_texts() if len(t.split()) < 120]  # within the 256-token context
+    before = _batches(dp_server)
+
+    def client(i: int) -> list[int]:
+        with requests.Session() as sess:
+            return [
+                sess.post(
+                    dp_server.base_url + "/v1/embeddings", json={"input": texts[(i * 7 + k) % len(texts)]}
+                ).status_code
+                for k in range(8)
+            ]
+
+    with cf.ThreadPoolExecutor(16) as pool:
+        codes = [c for cs in pool.map(client, range(16)) for c in cs]
+    assert codes == [200] * 128
+    after = _batches(dp_server)
+    for rank in ("0", "1"):
+        assert after[rank] - before[rank] >= 8, (before, after)  # each replica ran a fair share of batches
+    fams = parse(requests.get(dp_server.base_url + "/metrics", timeout=10).text)
+    for rank in ("0", "1"):
+        assert value(fams, "sglang_forward_duration_seconds_count", dp_rank=rank) == after[rank]
+        assert value(fams, "sglang_batch_tokens_sum", dp_rank=rank) > 0
+        assert value(fams, "sglang_queue_length", dp_rank=rank) >= 0
+
+
+def test_zz_sigterm_drains_every_replica_then_exits_0(dp_server):
+    """Runs last in this module: it stops the shared server."""
+    s = dp_server
+    children = s.children()
+    ipc_dir = s.ipc_dir()
+
+    def one(i: int):
+        r = requests.post(s.base_url + "/v1/embeddings", json={"input": [f"{i} {LONG}"] * 4}, timeout=60)
+        return r, time.monotonic()
+
+    with cf.ThreadPoolExecutor(6) as pool:
+        futures = [pool.submit(one, i) for i in range(6)]
+        time.sleep(0.3)
+        sig_time = time.monotonic()
+        os.killpg(s.proc.pid, signal.SIGTERM)  # every process of the group at once, like systemd
+        done = [f.result(timeout=60) for f in futures]
+    for r, _ in done:
+        assert r.status_code == 200, r.text
+        assert len(r.json()["data"]) == 4
+    assert max(t for _, t in done) > sig_time + 0.1, "nothing was in flight at SIGTERM"
+    assert s.proc.wait(30) == 0
+    assert wait_for(lambda: not running(children), 5.0), f"left running: {running(children)}"
+    assert not os.path.exists(ipc_dir)
+    assert "finishing in-flight requests" in open(s.log_path).read()
+
+
+def test_two_workers_use_both_replicas_and_a_dead_replica_fails_requests_fast_then_exits_1():
+    s = ServerProcess("--dp-size", "2", "--tokenizer-worker-num", "2", "--max-batch-size", "4")
+    pids = _pids_by_name(s)
+    replicas = [pids["sglang-sched-0"], pids["sglang-sched-1"]]
+    children = s.children()
+    cpu_before = [_cpu_seconds(p) for p in replicas]
+    results: list[tuple[float, float, object]] = []  # (start, end, status or exception name)
+    stop = threading.Event()
+    kill_time: list[float] = []
+
+    def client(i: int) -> None:
+        with requests.Session() as sess:  # a connection each, so both HTTP workers get some
+            while not stop.is_set():
+                t0 = time.monotonic()
+                try:
+                    r = sess.post(s.base_url + "/v1/embeddings", json={"input": [f"{i} {LONG}"] * 2}, timeout=20)
+                    outcome = r.status_code
+                except requests.RequestException as e:
+                    outcome = type(e).__name__
+                results.append((t0, time.monotonic(), outcome))
+                if kill_time and t0 > kill_time[0] + 0.5:
+                    return
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(2.0)
+        cpu_mid = [_cpu_seconds(p) for p in replicas]
+        kill_time.append(time.monotonic())
+        os.kill(replicas[1], signal.SIGKILL)
+        assert s.proc.wait(15) == 1
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+        s.stop()
+    for before, mid in zip(cpu_before, cpu_mid):
+        assert mid - before > 0.2, (cpu_before, cpu_mid)  # both replicas computed under two workers
+    k = kill_time[0]
+    assert all(o == 200 for t0, t1, o in results if t1 < k), "requests failed before the kill"
+    in_flight = [(t1 - k, o) for t0, t1, o in results if t0 < k < t1]
+    print(f"\nin flight at the kill: {[(o, round(dt, 3)) for dt, o in in_flight]}")
+    assert any(o == 503 for _, o in in_flight)
+    for dt, outcome in in_flight:
+        assert outcome in (200, 503), outcome  # answered, never dropped or hung
+        assert dt < 1.0, f"an in-flight request took {dt:.2f} s to fail"
+    assert wait_for(lambda: not running(children), 5.0), f"orphans left: {running(children)}"
+    log = open(s.log_path).read()
+    assert "sglang-scheduler-1 exited unexpectedly (killed by SIGKILL" in log
+    assert "exiting with status 1" in log
+
+
+def test_engine_dp2_spreads_a_10000_text_call_over_both_replicas_in_order(tmp_path_factory):
+    import sglang
+    from test.helpers.tiny_models import WORDS, build_tiny_bert
+
+    model = build_tiny_bert(str(tmp_path_factory.mktemp("tiny-bert-dp")), st_pooling="mean")
+    texts = [" ".join(WORDS[(i * k) % len(WORDS)] for k in range(1, 2 + i % 7)) + f" {i}" for i in range(10_000)]
+    with sglang.Engine(model_path=model, dp_size=2) as engine:
+        assert [r["dp_rank"] for r in engine.get_model_info()["replicas"]] == [0, 1]
+        out = engine.encode(texts)
+        metrics = engine._tm.metrics  # the Engine's own tokenizer manager
+        batches = [metrics.batch_size.count(dp_rank=r) for r in ("0", "1")]
+        inputs = [metrics.batch_size.sum(dp_rank=r) for r in ("0", "1")]
+        sample = list(range(0, 10_000, 997))
+        singles = [engine.encode(texts[i])["embedding"] for i in sample]
+    assert len(out) == 10_000 and min(batches) > 0, batches
+    assert abs(inputs[0] - inputs[1]) < 0.2 * 10_000, inputs  # both replicas took a real share
+    for i, single in zip(sample, singles):
+        np.testing.assert_allclose(out[i]["embedding"], single, atol=1e-5)
