@@ -216,3 +216,21 @@ def test_engine_dp2_spreads_a_10000_text_call_over_both_replicas_in_order(tmp_pa
     assert abs(inputs[0] - inputs[1]) < 0.2 * 10_000, inputs  # both replicas took a real share
     for i, single in zip(sample, singles):
         np.testing.assert_allclose(out[i]["embedding"], single, atol=1e-5)
+
+
+@pytest.mark.gpu
+def test_cuda_replicas_run_on_their_own_gpus():
+    import torch
+
+    from sglang.srt.model_executor.placement import gpu_for_replica
+
+    count = torch.cuda.device_count()
+    with ServerProcess("--dp-size", "2", "--device", "cuda") as s:
+        info = requests.get(s.base_url + "/model_info", timeout=10).json()
+        expected = [f"cuda:{gpu_for_replica(rank, 0, count)}" for rank in (0, 1)]
+        assert [r["device"] for r in info["replicas"]] == expected
+        texts = [t for t in load_texts() if len(t.split()) < 120][:32]
+        before = _batches(s)
+        _embed(s, texts)
+        after = _batches(s)
+        assert after["0"] > before["0"] and after["1"] > before["1"]
