@@ -71,7 +71,7 @@ class LeanPoster:
         body = orjson.dumps(payload)
         request = self.head + str(len(body)).encode() + b"\r\n\r\n" + body
         async with self.slots:
-            conn = self.idle.pop() if self.idle else None
+            conn = self._idle_connection()
             try:
                 if conn is None:
                     conn = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), self.timeout)
@@ -92,6 +92,15 @@ class LeanPoster:
             return status, orjson.loads(data)
         except orjson.JSONDecodeError:
             return "bad_json", None
+
+    def _idle_connection(self):
+        """A pooled keep-alive connection the server has not closed meanwhile (its idle timeout), or None."""
+        while self.idle:
+            conn = self.idle.pop()
+            if not conn[0].at_eof():
+                return conn
+            self._drop(conn)
+        return None
 
     @staticmethod
     def _drop(conn) -> None:

@@ -50,6 +50,10 @@ async def _serve(reader, writer, stats):
             if mode == "close":
                 writer.close()
                 return
+            if mode == "idle_close":  # the server's keep-alive timeout, while the client holds it idle
+                await asyncio.sleep(0.05)
+                writer.close()
+                return
     except (asyncio.IncompleteReadError, ConnectionError):
         writer.close()
 
@@ -95,6 +99,16 @@ def test_connection_close_is_honoured():
         assert (await poster.post({"mode": "close"}))[0] == 200
         assert (await poster.post({"mode": "plain"}))[0] == 200
         assert stats["connections"] == 2
+
+    asyncio.run(_with_server(check))
+
+
+def test_a_connection_the_server_closed_while_idle_is_not_reused():
+    async def check(poster, stats):
+        assert (await poster.post({"mode": "idle_close"}))[0] == 200
+        await asyncio.sleep(0.2)
+        assert (await poster.post({"mode": "plain"}))[0] == 200  # not a reset: a fresh connection
+        assert stats["connections"] == 2 and stats["modes"] == ["idle_close", "plain"]
 
     asyncio.run(_with_server(check))
 
