@@ -56,7 +56,10 @@ def plan_slots(dp_size: int, cores: Optional[Sequence[int]] = None) -> list[Repl
     """The server's replicas; with one replica the core set is left alone (every core)."""
     if dp_size == 1:
         return [ReplicaSlot()]
-    sets = plan_cpu_cores(available_cores() if cores is None else cores, dp_size)
+    cores = available_cores() if cores is None else list(cores)
+    if dp_size > len(cores):
+        logger.warning("--dp-size %d with %d CPU cores: replicas that run on the CPU share cores", dp_size, len(cores))
+    sets = plan_cpu_cores(cores, dp_size)
     return [ReplicaSlot(rank, dp_size, sets[rank]) for rank in range(dp_size)]
 
 
