@@ -1,9 +1,9 @@
 """An extra HTTP + tokenizer worker process (`--tokenizer-worker-num N`, worker ids 1..N-1).
 
 Each worker runs the FastAPI app with its own TokenizerManager on a SO_REUSEPORT socket bound to
-the server's port (the kernel spreads connections over them); all feed the scheduler (every --dp-size replica) and get
-their own results back from the detokenizer. The server process spawns them (launch.py hands this
-entry function to EngineProcesses.start_http_workers).
+the server's port (the kernel spreads connections over them); all feed the scheduler replica(s)
+and get their own results back from the detokenizer. The server process spawns them (launch.py
+hands this entry function to EngineProcesses.start_http_workers).
 """
 
 from __future__ import annotations
