@@ -15,13 +15,18 @@ from sglang.srt.utils.network import get_free_port
 from sglang.srt.utils.process import set_parent_death_signal
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     set_parent_death_signal(signal.SIGTERM)
 
 
 class ServerProcess:
     def __init__(
-        self, *args: str, env: Optional[dict] = None, timeout: float = 180.0, tls: Optional[dict] = None
+        self,
+        *args: str,
+        env: Optional[dict] = None,
+        timeout: float = 180.0,
+        tls: Optional[dict] = None,
+        wait: bool = True,
     ) -> None:
         self.port = get_free_port()
         # tls: requests' keyword arguments for an HTTPS server (verify=CA file, cert=(cert, key)).
@@ -39,11 +44,12 @@ class ServerProcess:
             stderr=subprocess.STDOUT,
             env=full_env,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
-        self._wait_healthy(timeout)
+        if wait:  # wait=False: start several servers, then wait_healthy() on each
+            self.wait_healthy(timeout)
 
-    def _wait_healthy(self, timeout: float) -> None:
+    def wait_healthy(self, timeout: float = 180.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
