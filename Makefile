@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install -q --upgrade pip
 	# CPU build of torch, pinned; everything else from pyproject.
 	$(PIP) install -q "torch==2.13.0"
-	$(PIP) install -q -e ".[test,tracing]"
+	$(PIP) install -q -e ".[test,tracing,ray]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -35,8 +35,11 @@ test: lint system-deps
 test-fast: lint
 	$(PY) -m pytest -q test -m "not slow"
 
-# The systemd unit's test runs `systemd-analyze verify` (Debian's systemd package). Installed with apt
-# when missing and we are root (CI); otherwise that test fails and says how to install it.
+# System packages some tests drive (Debian's), installed with apt when missing and we are root (CI);
+# otherwise those tests fail and say how to install them:
+# - systemd-analyze (the systemd unit's test runs `systemd-analyze verify`);
+# - nginx (test/docker/ puts a real nginx in front of the server: nginx-light, or plain `nginx` on
+#   releases without -light).
 system-deps:
 	@if ! command -v systemd-analyze >/dev/null 2>&1; then \
 	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -44,6 +47,15 @@ system-deps:
 	        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null; \
 	    else \
 	        echo "warning: systemd-analyze is missing; the systemd unit test needs it: sudo apt-get install -y systemd"; \
+	    fi; \
+	fi
+	@if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	        echo "installing nginx-light (apt)"; \
+	        apt-get update -qq && (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light \
+	            || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx) >/dev/null; \
+	    else \
+	        echo "warning: nginx is missing; the fleet tests need it: sudo apt-get install -y nginx-light"; \
 	    fi; \
 	fi
 

@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from test.helpers import prom
+from test.helpers.deploy import hpa_pod_metrics
 from test.helpers.nginx import NginxProcess
 from test.helpers.procs import running, wait_for
 from test.helpers.server import ServerProcess
@@ -73,6 +74,9 @@ def test_requests_spread_over_both_replicas(fleet):
     assert min(served) >= 20, f"least_conn left a replica nearly idle: {served}"
     for path in ("/health", "/v1/models"):  # non-embedding routes pass through too
         assert requests.get(nginx.base_url + path, timeout=10).status_code == 200
+    # What the Kubernetes GPU autoscaler scales on is a metric each replica really serves.
+    fams = prom.parse(requests.get(replicas[0].base_url + "/metrics", timeout=10).text)
+    assert hpa_pod_metrics() and all(name in fams for name in hpa_pod_metrics())
 
 
 def test_sigkill_of_one_replica_mid_stream_loses_nothing(fleet):
