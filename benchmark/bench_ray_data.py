@@ -75,16 +75,26 @@ def run_job(ray: Any, table: pa.Table, cls: type, kwargs: dict, actors: int, bat
     # One block per batch, so the actor pool shares them out (one block would go to one actor).
     ds = ray.data.from_arrow([table.slice(i, batch_size) for i in range(0, table.num_rows, batch_size)]).materialize()
     t0 = time.time()
-    out = ds.map_batches(cls, fn_constructor_kwargs=kwargs, compute=ray.data.ActorPoolStrategy(size=actors),
-                         batch_size=batch_size, batch_format="pyarrow", num_cpus=0.5).materialize()
+    out = ds.map_batches(
+        cls,
+        fn_constructor_kwargs=kwargs,
+        compute=ray.data.ActorPoolStrategy(size=actors),
+        batch_size=batch_size,
+        batch_format="pyarrow",
+        num_cpus=0.5,
+    ).materialize()
     wall = time.time() - t0
     done = np.sort(np.concatenate([b["done_at"] for b in out.iter_batches(batch_format="numpy")]))
     n = len(done)
     first = done[0]
     later = int(np.sum(done > first))
     span = done[-1] - first
-    return {"texts": n, "wall_s": wall, "total_texts_per_s": n / wall,
-            "steady_texts_per_s": later / span if span > 0 else float("nan")}
+    return {
+        "texts": n,
+        "wall_s": wall,
+        "total_texts_per_s": n / wall,
+        "steady_texts_per_s": later / span if span > 0 else float("nan"),
+    }
 
 
 def main() -> None:
@@ -107,29 +117,52 @@ def main() -> None:
     texts = [corpus[i % len(corpus)] for i in range(args.texts)]
     table = pa.table({"id": np.arange(len(texts)), "text": texts})
     model_path = default_model_path()
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, _node_ip_address="127.0.0.1",
-             configure_logging=False, log_to_driver=False)
+    ray.init(
+        num_cpus=os.cpu_count(),
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        configure_logging=False,
+        log_to_driver=False,
+    )
     ray.data.DataContext.get_current().enable_progress_bars = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)
-    info = {**machine_info(), "cpu_flags": cpu_flags(), "ray": ray.__version__, "texts": len(texts),
-            "batch_size": args.batch_size, "dtype": args.dtype, "results": []}
-    print(f"{info['cpu']}, {info['cores']} cores, flags: {' '.join(info['cpu_flags'])}; ray {ray.__version__}; "
-          f"{len(texts)} texts from {os.path.basename(args.texts_file)}")
+    info = {
+        **machine_info(),
+        "cpu_flags": cpu_flags(),
+        "ray": ray.__version__,
+        "texts": len(texts),
+        "batch_size": args.batch_size,
+        "dtype": args.dtype,
+        "results": [],
+    }
+    print(
+        f"{info['cpu']}, {info['cores']} cores, flags: {' '.join(info['cpu_flags'])}; ray {ray.__version__}; "
+        f"{len(texts)} texts from {os.path.basename(args.texts_file)}"
+    )
     print(f"{'layout':>8} {'side':>22} {'wall s':>8} {'total texts/s':>14} {'steady texts/s':>15}")
     try:
         for layout in args.layouts.split(","):
             actors, threads = map(int, layout.lower().split("x"))
-            sides = [("sglang " + args.dtype, TimedSGLang,
-                      {"cpu_threads": threads, "dtype": args.dtype, "allow_auto_truncate": True})]
+            sides = [
+                (
+                    "sglang " + args.dtype,
+                    TimedSGLang,
+                    {"cpu_threads": threads, "dtype": args.dtype, "allow_auto_truncate": True},
+                )
+            ]
             if not args.no_peer:
-                sides.append(("sentence-transformers", TimedSentenceTransformers,
-                              {"model_path": model_path, "threads": threads}))
+                sides.append(
+                    ("sentence-transformers", TimedSentenceTransformers, {"model_path": model_path, "threads": threads})
+                )
             row = {"layout": layout}
             for name, cls, kwargs in sides:
                 r = run_job(ray, table, cls, kwargs, actors, args.batch_size)
                 row[name] = r
-                print(f"{layout:>8} {name:>22} {r['wall_s']:8.1f} {r['total_texts_per_s']:14.1f} "
-                      f"{r['steady_texts_per_s']:15.1f}", flush=True)
+                print(
+                    f"{layout:>8} {name:>22} {r['wall_s']:8.1f} {r['total_texts_per_s']:14.1f} "
+                    f"{r['steady_texts_per_s']:15.1f}",
+                    flush=True,
+                )
             if len(sides) == 2:
                 ours, peer = row[sides[0][0]], row[sides[1][0]]
                 row["steady_ratio"] = ours["steady_texts_per_s"] / peer["steady_texts_per_s"]

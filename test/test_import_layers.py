@@ -18,7 +18,7 @@ PACKAGE_DIR = os.path.join(os.path.dirname(__file__), "..", "python", "sglang")
 
 # Top to bottom; a module may import from its own layer and every layer below it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("launchers", ("sglang", "sglang.cli", "sglang.launch_server")),
+    ("launchers", ("sglang", "sglang.cli", "sglang.launch_server", "sglang.integrations")),
     ("entrypoints", ("sglang.srt.entrypoints",)),
     ("managers", ("sglang.srt.managers",)),
     ("model_executor", ("sglang.srt.model_executor",)),

@@ -85,8 +85,11 @@ def test_objects_select_the_deployments_pods(variant):
     assert port["targetPort"] in container_ports
     assert variant["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     hpa = variant["HorizontalPodAutoscaler"]["spec"]
-    assert hpa["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
-                                     "name": deployment["metadata"]["name"]}
+    assert hpa["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": deployment["metadata"]["name"],
+    }
     assert hpa["minReplicas"] >= 2, "one replica cannot survive a disruption"
 
 
@@ -100,4 +103,3 @@ def test_variant_resources():
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
     # The scaling metric is one the pods serve (test_nginx_e2e.py reads it from a live /metrics).
     assert hpa_pod_metrics() == ["sglang_http_requests_in_flight"]
-

@@ -32,8 +32,14 @@ class FakeReplica:
 
             def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                replica.hits.append({"headers": dict(self.headers), "peer": self.client_address,
-                                     "version": self.request_version, "size": len(body)})
+                replica.hits.append(
+                    {
+                        "headers": dict(self.headers),
+                        "peer": self.client_address,
+                        "version": self.request_version,
+                        "size": len(body),
+                    }
+                )
                 names = lambda h: (self.headers.get(h) or "").split(",")  # noqa: E731
                 if replica.name in names("x-hang-on"):
                     time.sleep(3)
@@ -77,8 +83,12 @@ def replicas():
 
 
 def post(nginx: NginxProcess, headers: dict = None, body: bytes = b'{"input": "x"}') -> requests.Response:
-    return requests.post(nginx.base_url + "/v1/embeddings", data=body, timeout=30,
-                         headers={"Content-Type": "application/json", **(headers or {})})
+    return requests.post(
+        nginx.base_url + "/v1/embeddings",
+        data=body,
+        timeout=30,
+        headers={"Content-Type": "application/json", **(headers or {})},
+    )
 
 
 def test_template_renders_every_variable():
@@ -88,7 +98,10 @@ def test_template_renders_every_variable():
     assert "server sglang:30000 max_fails=2 fail_timeout=10s;" in conf
     assert "$host" in conf and "$upstream_addr" in conf  # nginx's own variables survive envsubst
     assert unfilled_variables(render_template(TEMPLATE.read_text(), {}, ["x:1"])) == {
-        "NGINX_PORT", "SGLANG_MAX_PAYLOAD_BYTES", "SGLANG_PROXY_READ_TIMEOUT"}
+        "NGINX_PORT",
+        "SGLANG_MAX_PAYLOAD_BYTES",
+        "SGLANG_PROXY_READ_TIMEOUT",
+    }
 
 
 def test_forwarding_keepalive_and_request_ids(replicas):
@@ -154,5 +167,9 @@ def test_nginx_own_errors_are_openai_json(replicas):
     with NginxProcess(dead) as nginx:
         r = post(nginx)
         assert r.status_code == 503 and r.headers["Retry-After"] == "1"
-        assert r.json()["error"] == {"message": "No embedding replica is available; retry later.",
-                                     "type": "server_error", "param": None, "code": None}
+        assert r.json()["error"] == {
+            "message": "No embedding replica is available; retry later.",
+            "type": "server_error",
+            "param": None,
+            "code": None,
+        }

@@ -58,8 +58,11 @@ def served_embeddings(replica: ServerProcess) -> float:
 
 
 def check_vectors(results, reference: np.ndarray) -> None:
-    bad = [(i, status) for i, status, vec in results
-           if status != 200 or not np.allclose(vec, reference[i % len(TEXTS)], atol=1e-4)]
+    bad = [
+        (i, status)
+        for i, status, vec in results
+        if status != 200 or not np.allclose(vec, reference[i % len(TEXTS)], atol=1e-4)
+    ]
     assert not bad, f"{len(bad)} of {len(results)} requests lost or wrong: {bad[:10]}"
 
 

@@ -10,6 +10,7 @@ import yaml
 
 from sglang.cli import build_serve_parser
 from sglang.srt.server_args import ServerArgs
+from test.helpers.model_info import make_model_info
 
 K8S = Path(__file__).resolve().parents[2] / "docker" / "kubernetes"
 
@@ -28,9 +29,13 @@ def server_routes() -> frozenset[tuple[str, str]]:
     from sglang.srt.entrypoints.http_server import create_app
     from sglang.srt.utils.network import PortArgs
 
-    unused = PortArgs(ipc_dir="/nonexistent", scheduler_input="ipc:///nonexistent/s",
-                      detokenizer_input="ipc:///nonexistent/d", tokenizer_output_prefix="ipc:///nonexistent/t")
-    app = create_app(ServerArgs(), unused, {"embedding_dim": 384})  # routes only: the lifespan never runs
+    unused = PortArgs(
+        ipc_dir="/nonexistent",
+        scheduler_input="ipc:///nonexistent/s",
+        detokenizer_input="ipc:///nonexistent/d",
+        tokenizer_output_prefix="ipc:///nonexistent/t",
+    )
+    app = create_app(ServerArgs(), unused, make_model_info())  # routes only: the lifespan never runs
     return frozenset((m, r.path) for r in app.routes for m in (getattr(r, "methods", None) or ()))
 
 

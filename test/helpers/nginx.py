@@ -54,13 +54,21 @@ def nginx_binary() -> str:
 class NginxProcess:
     """nginx in front of `upstreams` (host:port), listening on a free loopback port."""
 
-    def __init__(self, upstreams: list[str], read_timeout: str = "120s", max_payload_bytes: int = 8 * 1024 * 1024,
-                 timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        upstreams: list[str],
+        read_timeout: str = "120s",
+        max_payload_bytes: int = 8 * 1024 * 1024,
+        timeout: float = 10.0,
+    ) -> None:
         self.port = get_free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.prefix = Path(tempfile.mkdtemp(prefix="sglang-nginx-"))
-        env = {"NGINX_PORT": f"127.0.0.1:{self.port}", "SGLANG_PROXY_READ_TIMEOUT": read_timeout,
-               "SGLANG_MAX_PAYLOAD_BYTES": str(max_payload_bytes)}
+        env = {
+            "NGINX_PORT": f"127.0.0.1:{self.port}",
+            "SGLANG_PROXY_READ_TIMEOUT": read_timeout,
+            "SGLANG_MAX_PAYLOAD_BYTES": str(max_payload_bytes),
+        }
         site = render_template(TEMPLATE.read_text(), env, upstreams)
         if unfilled_variables(site):
             raise KeyError(f"template variables without a value: {sorted(unfilled_variables(site))}")
@@ -68,21 +76,34 @@ class NginxProcess:
         (self.prefix / "nginx.conf").write_text(self._main_conf())
         self.log_path = self.prefix / "stdout.log"
         self._log = open(self.log_path, "w")
-        cmd = [nginx_binary(), "-p", str(self.prefix), "-e", str(self.prefix / "error.log"),
-               "-c", str(self.prefix / "nginx.conf"), "-g", "daemon off;"]
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
-                                     preexec_fn=die_with_parent)
+        cmd = [
+            nginx_binary(),
+            "-p",
+            str(self.prefix),
+            "-e",
+            str(self.prefix / "error.log"),
+            "-c",
+            str(self.prefix / "nginx.conf"),
+            "-g",
+            "daemon off;",
+        ]
+        self.proc = subprocess.Popen(
+            cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent
+        )
         self._wait_listening(timeout)
 
     def _main_conf(self) -> str:
         p = self.prefix
         # As root the workers would switch to `nobody`, who cannot write this 0700 temp directory.
         user = "user root;\n" if os.geteuid() == 0 else ""
-        temps = "".join(f"    {kind}_temp_path {p}/{kind}_temp;\n"
-                        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
-        return (f"{user}worker_processes 1;\npid {p}/nginx.pid;\nerror_log {p}/error.log warn;\n"
-                f"events {{ worker_connections 1024; }}\n"
-                f"http {{\n{temps}    include {p}/sglang-embed.conf;\n}}\n")
+        temps = "".join(
+            f"    {kind}_temp_path {p}/{kind}_temp;\n" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+        )
+        return (
+            f"{user}worker_processes 1;\npid {p}/nginx.pid;\nerror_log {p}/error.log warn;\n"
+            f"events {{ worker_connections 1024; }}\n"
+            f"http {{\n{temps}    include {p}/sglang-embed.conf;\n}}\n"
+        )
 
     def _wait_listening(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -54,6 +54,7 @@ def descendants() -> set[int]:
 @contextmanager
 def time_limit(seconds: int):
     """Fail a Ray job that hangs instead of hanging the test run."""
+
     def expired(*_):
         raise TimeoutError(f"Ray job still running after {seconds} s")
 
@@ -73,16 +74,22 @@ def ray_session():
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     before = descendants()
     with time_limit(120):
-        ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
-                 configure_logging=False, log_to_driver=False)
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            configure_logging=False,
+            log_to_driver=False,
+        )
     ray.data.DataContext.get_current().execution_options.preserve_order = True
     started = descendants() - before
     try:
         yield ray
     finally:
         ray.shutdown()
-        assert wait_for(lambda: not running(sorted(started)), timeout=30), \
+        assert wait_for(lambda: not running(sorted(started)), timeout=30), (
             f"processes left after ray.shutdown(): {running(sorted(started))}"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -130,13 +137,14 @@ def test_bad_row_fails_the_job_naming_the_row(ray_session, tmp_path):
 def test_batch_formats_and_column_types(embedder):
     texts = ["first text", "second text", "third text"]
     want = np.array([o["embedding"] for o in embedder.engine.encode(texts)], dtype=np.float32)
-    for batch in ({"id": np.arange(3), "text": np.array(texts, dtype=object)},
-                  pd.DataFrame({"id": range(3), "text": texts}),
-                  pa.table({"id": range(3), "text": texts})):
+    for batch in (
+        {"id": np.arange(3), "text": np.array(texts, dtype=object)},
+        pd.DataFrame({"id": range(3), "text": texts}),
+        pa.table({"id": range(3), "text": texts}),
+    ):
         out = embedder(batch)
         assert out.column_names == ["id", "text", "embedding"]
         np.testing.assert_allclose(np.array(out.column("embedding").to_pylist()), want, atol=1e-6)
-
 
 
 def test_column_types():

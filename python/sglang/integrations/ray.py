@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from sglang.srt.entrypoints.engine import Engine
-from sglang.srt.managers.errors import EmbeddingError
+from sglang.srt.errors import EmbeddingError
 
 if TYPE_CHECKING:
     import pandas
@@ -52,10 +52,19 @@ class SGLangEmbedder:
         max_batch_size=..., allow_auto_truncate=True, ...).
     """
 
-    def __init__(self, model_path: Optional[str] = None, *, text_column: str = "text",
-                 embedding_column: str = "embedding", id_column: Optional[str] = None,
-                 dimensions: Optional[int] = None, output_dtype: str = "float32", column_type: str = "list",
-                 dp_size: Optional[int] = None, **engine_kwargs: Any) -> None:
+    def __init__(
+        self,
+        model_path: Optional[str] = None,
+        *,
+        text_column: str = "text",
+        embedding_column: str = "embedding",
+        id_column: Optional[str] = None,
+        dimensions: Optional[int] = None,
+        output_dtype: str = "float32",
+        column_type: str = "list",
+        dp_size: Optional[int] = None,
+        **engine_kwargs: Any,
+    ) -> None:
         if column_type not in COLUMN_TYPES:
             raise ValueError(f"column_type must be one of {', '.join(COLUMN_TYPES)}, not {column_type!r}")
         if output_dtype not in OUTPUT_DTYPES:
@@ -83,11 +92,14 @@ class SGLangEmbedder:
         texts = table.column(self.text_column).to_pylist()
         for i, text in enumerate(texts):
             if not isinstance(text, str) or not text.strip():
-                raise EmbeddingRowError(f"{self._row(table, i)}: {self.text_column!r} is {_describe(text)}; "
-                                        "every row needs non-empty text to embed")
+                raise EmbeddingRowError(
+                    f"{self._row(table, i)}: {self.text_column!r} is {_describe(text)}; "
+                    "every row needs non-empty text to embed"
+                )
         vectors = self._encode(table, texts)
-        return table.append_column(self.embedding_column,
-                                   embedding_column(vectors, self.column_type, self.output_dtype))
+        return table.append_column(
+            self.embedding_column, embedding_column(vectors, self.column_type, self.output_dtype)
+        )
 
     def _encode(self, table: pa.Table, texts: list[str]) -> np.ndarray:
         try:
@@ -117,9 +129,16 @@ class SGLangEmbedder:
         self.close()
 
 
-def embed_dataset(ds: "ray.data.Dataset", model_path: Optional[str] = None, *, concurrency: int = 1,
-                  num_gpus: float = 0, num_cpus: Optional[float] = None, batch_size: int = 256,
-                  **embedder_kwargs: Any) -> "ray.data.Dataset":
+def embed_dataset(
+    ds: "ray.data.Dataset",
+    model_path: Optional[str] = None,
+    *,
+    concurrency: int = 1,
+    num_gpus: float = 0,
+    num_cpus: Optional[float] = None,
+    batch_size: int = 256,
+    **embedder_kwargs: Any,
+) -> "ray.data.Dataset":
     """`ds` with an embedding column, computed by `concurrency` actors holding one Engine each.
 
     num_gpus / num_cpus: what Ray reserves per actor (num_gpus=1: one GPU each; with dp_size=N
