@@ -31,7 +31,7 @@ N_ROWS = 2000
 
 def corpus(n: int) -> list[str]:
     """n distinct short texts: the test is about the plumbing, so keep the compute small."""
-    base = [" ".join(t.split()[:10]) for t in load_texts()]
+    base = [" ".join(t.split()[:6]) for t in load_texts()]
     return [f"{base[i % len(base)]} (item {i})" for i in range(n)]
 
 
