@@ -94,8 +94,10 @@ def ray_session():
 
 @pytest.fixture(scope="module")
 def embedder():
-    """The integration's class in this process: its Engine is also the reference for Engine.encode."""
-    e = SGLangEmbedder(cpu_threads=1, id_column="id")
+    """The integration's class in this process: its Engine is also the reference for Engine.encode.
+
+    Declared Matryoshka (any width), so `dimensions` can be checked without a second model."""
+    e = SGLangEmbedder(cpu_threads=1, id_column="id", json_model_override_args='{"is_matryoshka": true}')
     yield e
     e.close()
 
@@ -145,6 +147,19 @@ def test_batch_formats_and_column_types(embedder):
         out = embedder(batch)
         assert out.column_names == ["id", "text", "embedding"]
         np.testing.assert_allclose(np.array(out.column("embedding").to_pylist()), want, atol=1e-6)
+
+
+def test_dimensions_pass_through(embedder):
+    texts = ["first text", "second text"]
+    want = np.array([o["embedding"] for o in embedder.engine.encode(texts, dimensions=128)], dtype=np.float32)
+    embedder.dimensions = 128
+    try:
+        out = embedder(pa.table({"text": texts}))
+    finally:
+        embedder.dimensions = None
+    got = np.array(out.column("embedding").to_pylist())
+    assert got.shape == (2, 128)
+    np.testing.assert_allclose(got, want, atol=1e-6)
 
 
 def test_column_types():
