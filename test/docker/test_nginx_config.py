@@ -17,6 +17,8 @@ import requests
 
 from test.helpers.nginx import TEMPLATE, NginxProcess, render_template, unfilled_variables
 
+pytestmark = pytest.mark.slow  # starts nginx processes
+
 
 class FakeReplica:
     """An HTTP/1.1 upstream named `name`. A request's `x-fail-on` / `x-hang-on` / `x-429-on` header
