@@ -82,10 +82,11 @@ def ray_session():
             log_to_driver=False,
         )
     ray.data.DataContext.get_current().execution_options.preserve_order = True
-    started = descendants() - before
     try:
         yield ray
     finally:
+        # Everything Ray started: its daemons, idle and actor workers, and the actors' engines.
+        started = descendants() - before
         ray.shutdown()
         assert wait_for(lambda: not running(sorted(started)), timeout=30), (
             f"processes left after ray.shutdown(): {running(sorted(started))}"
