@@ -51,6 +51,14 @@ def descendants() -> set[int]:
     return found
 
 
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 @contextmanager
 def time_limit(seconds: int):
     """Fail a Ray job that hangs instead of hanging the test run."""
@@ -85,8 +93,9 @@ def ray_session():
     try:
         yield ray
     finally:
-        # Everything Ray started: its daemons, idle and actor workers, and the actors' engines.
-        started = descendants() - before
+        # Everything Ray started: its daemons, idle and actor workers, and the actors' engines (not
+        # multiprocessing's resource tracker, which the driver's first Engine starts for good).
+        started = {p for p in descendants() - before if "resource_tracker" not in cmdline(p)}
         ray.shutdown()
         assert wait_for(lambda: not running(sorted(started)), timeout=30), (
             f"processes left after ray.shutdown(): {running(sorted(started))}"
