@@ -2,7 +2,7 @@
 (docker/nginx/sglang-embed.conf.template): load spreads over both, and when one replica is
 SIGKILLed mid-stream every request still gets its correct vector from the survivor.
 
-nginx is Debian's nginx-light, installed by .ci/run; without it this test fails, it does not skip.
+nginx is Debian's nginx-light, installed by `make test` (system-deps); without it this test fails, it does not skip.
 """
 
 from __future__ import annotations

@@ -44,10 +44,10 @@ def unfilled_variables(conf: str) -> set[str]:
 
 
 def nginx_binary() -> str:
-    """nginx from PATH or /usr/sbin; .ci/run installs Debian's nginx-light when it is missing."""
+    """nginx from PATH or /usr/sbin; `make test` installs Debian's nginx-light when it is missing."""
     found = shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None)
     if found is None:
-        raise RuntimeError("nginx is not installed: run .ci/run (apt-get install -y nginx-light) or install it")
+        raise RuntimeError("nginx is not installed: `make test` installs it as root, or: apt-get install -y nginx-light")
     return found
 
 
