@@ -47,7 +47,7 @@ def nginx_binary() -> str:
     """nginx from PATH or /usr/sbin; `make test` installs Debian's nginx-light when it is missing."""
     found = shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None)
     if found is None:
-        raise RuntimeError("nginx is not installed: `make test` installs it as root, or: apt-get install -y nginx-light")
+        raise RuntimeError("nginx is missing: `make test` installs it as root, or: apt-get install -y nginx-light")
     return found
 
 
