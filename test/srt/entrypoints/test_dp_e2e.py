@@ -119,6 +119,32 @@ def test_concurrent_clients_keep_both_replicas_busy(dp_server):
         assert value(fams, "sglang_queue_length", dp_rank=rank) >= 0
 
 
+def test_a_hung_replica_gets_no_new_work_under_shortest_queue(dp_server):
+    """A stopped replica holds what it has; every later request goes to the other and is answered."""
+    hung = _pids_by_name(dp_server)["sglang-sched-1"]
+    os.kill(hung, signal.SIGSTOP)
+    try:
+        with cf.ThreadPoolExecutor(4) as pool:
+            stuck = []
+            for i in range(4):  # until one request lands on the stopped replica (ties take turns)
+                stuck.append(pool.submit(_embed, dp_server, [f"stuck {i}"]))
+                time.sleep(0.5)
+                if not stuck[-1].done():
+                    break
+            assert not stuck[-1].done(), "no request went to the stopped replica"
+            before = _batches(dp_server)
+            t0 = time.monotonic()
+            for i in range(10):
+                assert _embed(dp_server, [f"after {i}"]).shape[0] == 1
+            assert time.monotonic() - t0 < 20
+            after = _batches(dp_server)
+            assert after["0"] - before["0"] >= 10 and after["1"] == before["1"], (before, after)
+            os.kill(hung, signal.SIGCONT)
+            assert stuck[-1].result(timeout=30).shape[0] == 1  # answered once the replica runs again
+    finally:
+        os.kill(hung, signal.SIGCONT)
+
+
 def test_zz_sigterm_drains_every_replica_then_exits_0(dp_server):
     """Runs last in this module: it stops the shared server."""
     s = dp_server
