@@ -12,6 +12,7 @@ import time
 import pytest
 import requests
 
+from test.helpers.kill_load import KillLoad
 from test.helpers.procs import running, wait_for
 from test.helpers.server import ServerProcess
 
@@ -51,27 +52,11 @@ def test_sigkill_of_the_server_takes_children_and_ipc_dir_along():
 def test_detokenizer_death_fails_every_request_with_503_and_exits_1():
     """Two HTTP workers: requests on either get 503 at once (the second via the engine-dead signal)."""
     s = ServerProcess("--tokenizer-worker-num", "2", "--max-batch-size", "4")
-    results: list[tuple[float, float, object]] = []  # (start, end, status or exception name)
-    stop = threading.Event()
-    kill_time: list[float] = []
-
-    def client(i: int) -> None:
-        with requests.Session() as sess:  # a connection each, so both workers get some
-            while not stop.is_set():
-                t0 = time.monotonic()
-                try:
-                    r = sess.post(s.base_url + "/v1/embeddings", json={"input": [f"{i} {LONG}"] * 2}, timeout=20)
-                    outcome = r.status_code
-                except requests.RequestException as e:
-                    outcome = type(e).__name__
-                results.append((t0, time.monotonic(), outcome))
-                if kill_time and t0 > kill_time[0] + 0.5:
-                    return
-
+    load = KillLoad(s.base_url, lambda i: [f"{i} {LONG}"] * 2)
     health: list[tuple[float, object]] = []
 
     def prober() -> None:
-        while not stop.is_set():
+        while not load.stop.is_set():
             try:
                 code = requests.get(s.base_url + "/health", timeout=2).status_code
             except requests.RequestException:
@@ -79,22 +64,21 @@ def test_detokenizer_death_fails_every_request_with_503_and_exits_1():
             health.append((time.monotonic(), code))
             time.sleep(0.05)
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(8)] + [threading.Thread(target=prober)]
-    for t in threads:
-        t.start()
+    probe = threading.Thread(target=prober)
+    load.start()
+    probe.start()
     try:
         time.sleep(1.5)
         victim = _by_name(s, "sglang-detok")
-        kill_time.append(time.monotonic())
+        k = load.mark_kill()
         os.kill(victim, signal.SIGKILL)
         assert s.proc.wait(15) == 1
     finally:
-        stop.set()
-        for t in threads:
-            t.join(30)
+        load.join()
+        probe.join(30)
         s.stop()
-    k = kill_time[0]
-    in_flight = [(t0, t1, o) for t0, t1, o in results if t0 < k < t1]
+    results = load.results
+    in_flight = load.in_flight_at_kill()
     assert in_flight, "no request was in flight when the detokenizer died"
     for t0, t1, outcome in in_flight:
         assert outcome in (200, 503), outcome  # answered, never dropped or hung
