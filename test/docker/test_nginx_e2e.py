@@ -70,11 +70,11 @@ def test_requests_spread_over_both_replicas(fleet):
     replicas, nginx, reference = fleet
     before = [served_embeddings(r) for r in replicas]
     with ThreadPoolExecutor(8) as pool:
-        results = list(pool.map(lambda i: embed_through(nginx, i), range(120)))
+        results = list(pool.map(lambda i: embed_through(nginx, i), range(80)))
     check_vectors(results, reference)
     served = [served_embeddings(r) - b for r, b in zip(replicas, before)]
-    assert sum(served) == 120
-    assert min(served) >= 20, f"least_conn left a replica nearly idle: {served}"
+    assert sum(served) == 80
+    assert min(served) >= 15, f"least_conn left a replica nearly idle: {served}"
     for path in ("/health", "/v1/models"):  # non-embedding routes pass through too
         assert requests.get(nginx.base_url + path, timeout=10).status_code == 200
     # What the Kubernetes GPU autoscaler scales on is a metric each replica really serves.
@@ -95,14 +95,14 @@ def test_sigkill_of_one_replica_mid_stream_loses_nothing(fleet):
         return out
 
     def killer():
-        for _ in range(80):  # a quarter of the stream answered, the rest still to come or in flight
+        for _ in range(50):  # a quarter of the stream answered, the rest still to come or in flight
             done.acquire()
         victim.proc.send_signal(signal.SIGKILL)
         killed.set()
 
     threading.Thread(target=killer, daemon=True).start()
     with ThreadPoolExecutor(8) as pool:
-        results = list(pool.map(one, range(320)))
+        results = list(pool.map(one, range(200)))
     assert killed.is_set()
     check_vectors(results, reference)
     # The victim's scheduler and detokenizer follow it down; the survivor still serves.

@@ -22,7 +22,7 @@ import pytest
 
 from sglang.integrations.ray import EmbeddingRowError, SGLangEmbedder, embed_dataset, embedding_column
 from test.helpers.procs import running, wait_for
-from test.helpers.texts import load_texts
+from test.helpers.tiny_models import WORDS, build_tiny_bert
 
 pytestmark = pytest.mark.slow
 
@@ -30,9 +30,8 @@ N_ROWS = 2000
 
 
 def corpus(n: int) -> list[str]:
-    """n distinct short texts: the test is about the plumbing, so keep the compute small."""
-    base = [" ".join(t.split()[:6]) for t in load_texts()]
-    return [f"{base[i % len(base)]} (item {i})" for i in range(n)]
+    """n distinct short texts in the tiny model's vocabulary."""
+    return [" ".join(WORDS[(i * k + i // len(WORDS)) % len(WORDS)] for k in range(1, 3 + i % 5)) for i in range(n)]
 
 
 def descendants() -> set[int]:
@@ -103,16 +102,22 @@ def ray_session():
 
 
 @pytest.fixture(scope="module")
-def embedder():
+def tiny_model(tmp_path_factory) -> str:
+    """A tiny random BERT: the test is about the plumbing, so the model costs next to nothing."""
+    return build_tiny_bert(str(tmp_path_factory.mktemp("tiny-bert-ray")), st_pooling="mean")
+
+
+@pytest.fixture(scope="module")
+def embedder(tiny_model):
     """The integration's class in this process: its Engine is also the reference for Engine.encode.
 
     Declared Matryoshka (any width), so `dimensions` can be checked without a second model."""
-    e = SGLangEmbedder(cpu_threads=1, id_column="id", json_model_override_args='{"is_matryoshka": true}')
+    e = SGLangEmbedder(tiny_model, cpu_threads=1, id_column="id", json_model_override_args='{"is_matryoshka": true}')
     yield e
     e.close()
 
 
-def test_parquet_to_embeddings_to_parquet(ray_session, embedder, tmp_path):
+def test_parquet_to_embeddings_to_parquet(ray_session, tiny_model, embedder, tmp_path):
     texts = corpus(N_ROWS)
     src, dst = tmp_path / "in", tmp_path / "out"
     src.mkdir()
@@ -121,9 +126,11 @@ def test_parquet_to_embeddings_to_parquet(ray_session, embedder, tmp_path):
         rows = slice(part * N_ROWS // 4, (part + 1) * N_ROWS // 4)
         pq.write_table(pa.table({"id": ids[rows], "text": texts[rows]}), src / f"part-{part}.parquet")
 
-    ds = ray_session.data.read_parquet(str(src))
+    # One actor (each costs an Engine start); four blocks, so the rows still travel in several parts.
+    ds = ray_session.data.read_parquet(str(src), override_num_blocks=4)
     with time_limit(240):
-        embed_dataset(ds, concurrency=2, num_cpus=0.5, batch_size=200, id_column="id").write_parquet(str(dst))
+        job = embed_dataset(ds, tiny_model, concurrency=1, num_cpus=0.5, batch_size=200, id_column="id")
+        job.write_parquet(str(dst))
 
     out = pq.read_table(dst)
     assert out.num_rows == N_ROWS
@@ -132,22 +139,22 @@ def test_parquet_to_embeddings_to_parquet(ray_session, embedder, tmp_path):
     assert out.schema.field("embedding").type == pa.list_(pa.float32())
     got = np.array(out.column("embedding").to_pylist(), dtype=np.float32)
     want = np.array([o["embedding"] for o in embedder.engine.encode(texts)], dtype=np.float32)
-    assert got.shape == want.shape == (N_ROWS, 384)
+    assert got.shape == want.shape == (N_ROWS, 32)
     np.testing.assert_allclose(got, want, atol=1e-5)
 
 
-def test_bad_row_fails_the_job_naming_the_row(ray_session, tmp_path):
+def test_bad_row_fails_the_job_naming_the_row(ray_session, tiny_model, tmp_path):
     texts = corpus(60)
     texts[37] = "   "
     ds = ray_session.data.from_arrow(pa.table({"id": [f"doc-{i}" for i in range(60)], "text": texts}))
     with time_limit(120), pytest.raises(Exception) as info:
-        embed_dataset(ds, concurrency=1, num_cpus=0.5, batch_size=20, id_column="id").materialize()
+        embed_dataset(ds, tiny_model, concurrency=1, num_cpus=0.5, batch_size=20, id_column="id").materialize()
     message = str(info.value)
     assert "row id='doc-37'" in message and "blank" in message, message
 
 
 def test_batch_formats_and_column_types(embedder):
-    texts = ["first text", "second text", "third text"]
+    texts = corpus(3)
     want = np.array([o["embedding"] for o in embedder.engine.encode(texts)], dtype=np.float32)
     for batch in (
         {"id": np.arange(3), "text": np.array(texts, dtype=object)},
@@ -160,15 +167,15 @@ def test_batch_formats_and_column_types(embedder):
 
 
 def test_dimensions_pass_through(embedder):
-    texts = ["first text", "second text"]
-    want = np.array([o["embedding"] for o in embedder.engine.encode(texts, dimensions=128)], dtype=np.float32)
-    embedder.dimensions = 128
+    texts = corpus(2)
+    want = np.array([o["embedding"] for o in embedder.engine.encode(texts, dimensions=16)], dtype=np.float32)
+    embedder.dimensions = 16
     try:
         out = embedder(pa.table({"text": texts}))
     finally:
         embedder.dimensions = None
     got = np.array(out.column("embedding").to_pylist())
-    assert got.shape == (2, 128)
+    assert got.shape == (2, 16)
     np.testing.assert_allclose(got, want, atol=1e-6)
 
 
