@@ -195,7 +195,7 @@ def test_rows_the_engine_refuses_are_named(embedder):
         with pytest.raises(EmbeddingRowError, match=re.escape(f"row id=1: 'text' is {what}")):
             embedder(pd.DataFrame({"id": [0, 1], "text": ["fine", bad]}))
     # A row only the engine can judge (too long for the model, no auto-truncation): found and named.
-    with pytest.raises(EmbeddingRowError, match=r"row id=2: The input \(\d+ tokens\) is longer"):
+    with pytest.raises(EmbeddingRowError, match=r"row id=2: The input (at index \d+ )?\(\d+ tokens\) is longer"):
         embedder(pa.table({"id": [0, 1, 2], "text": ["a", "b", "word " * 600]}))
     with pytest.raises(KeyError, match="no text column 'text'"):
         embedder(pa.table({"body": ["x"]}))
