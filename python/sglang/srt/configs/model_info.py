@@ -71,6 +71,7 @@ class ModelInfo:
     prompts: tuple[tuple[str, str], ...] = ()
     default_prompt: Optional[str] = None
     prompt_in_pooling: bool = True
+    memory: Optional[dict[str, Any]] = None  # the scheduler's allocator set-up (utils/allocator.py)
 
     @property
     def is_classifier(self) -> bool:

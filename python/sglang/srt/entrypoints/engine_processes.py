@@ -19,6 +19,7 @@ from sglang.srt.errors import ConfigError
 from sglang.srt.managers.detokenizer_manager import run_detokenizer_process
 from sglang.srt.managers.scheduler_process import run_scheduler_process
 from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.allocator import child_environment, plan_allocator
 from sglang.srt.utils.network import PortArgs
 from sglang.srt.utils.process import ENGINE_DEAD_SIGNAL, mark_stopping, terminate_processes
 
@@ -42,18 +43,24 @@ class EngineProcesses:
     def start(self) -> ModelInfo:
         """Spawn both children and block until they report READY; returns the model info."""
         ctx = mp.get_context("spawn")
-        targets = (("scheduler", run_scheduler_process), ("detokenizer", run_detokenizer_process))
+        # The scheduler's allocator is preloaded through its environment (utils/allocator.py).
+        plan = plan_allocator(self.server_args.cpu_allocator)
+        targets = (
+            ("scheduler", run_scheduler_process, (plan,), plan.env),
+            ("detokenizer", run_detokenizer_process, (), {}),
+        )
         readers = {}
         try:
-            for name, target in targets:
+            for name, target, extra_args, env in targets:
                 reader, writer = ctx.Pipe(duplex=False)
                 proc = ctx.Process(
                     target=target,
                     name=f"sglang-{name}",
-                    args=(self.server_args, self.port_args, writer, os.getpid()),
+                    args=(self.server_args, self.port_args, writer, os.getpid(), *extra_args),
                     daemon=True,
                 )
-                proc.start()
+                with child_environment(env):
+                    proc.start()
                 writer.close()
                 self.procs.append(proc)
                 readers[name] = (reader, proc)
