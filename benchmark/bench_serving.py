@@ -305,14 +305,22 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         print("  ".join(x.rjust(w) for x, w in zip(line, widths)))
 
 
-def plot(rows: list[dict[str, Any]], path: str, title: str) -> None:
+def pyplot(path: str):
+    """matplotlib.pyplot on the file-only backend, or None (said on stdout) when not installed."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print(f"matplotlib is not installed: skipping --plot {path}")
+        print(f"matplotlib is not installed (pip install -e '.[bench]'): skipping --plot {path}")
+        return None
+    return plt
+
+
+def plot(rows: list[dict[str, Any]], path: str, title: str) -> None:
+    plt = pyplot(path)
+    if plt is None:
         return
     fig, ax = plt.subplots(figsize=(7, 4.5))
     x = [r["texts_per_s"] for r in rows]

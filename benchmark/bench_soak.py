@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_serving import DEFAULT_TEXTS, launched_server, load_texts, machine_info, run_event_loop  # noqa: E402
+from bench_serving import DEFAULT_TEXTS, launched_server, load_texts, machine_info, pyplot, run_event_loop  # noqa: E402
 from http_client import LeanPoster  # noqa: E402
 from rss_sampler import Growth, RssLog, growth  # noqa: E402
 
@@ -245,13 +245,8 @@ def print_rss_table(log: RssLog, every: float) -> None:
 
 
 def plot_rss(log: RssLog, warmup: float, path: str, title: str) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print(f"matplotlib is not installed (pip install -e '.[bench]'): skipping --plot {path}")
+    plt = pyplot(path)
+    if plt is None:
         return
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for role in log.roles():

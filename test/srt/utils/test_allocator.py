@@ -80,17 +80,22 @@ def _report(plan: AllocatorPlan, conn) -> None:
     conn.send((loaded_allocator(), memory.info(), memory.warning))
 
 
-def _spawn_with(plan: AllocatorPlan):
+def _in_child(target, *args, env=None, timeout: float = 60.0):
+    """Run `target(*args, conn)` in a spawned process (with `env` added to its environment); its answer."""
     ctx = mp.get_context("spawn")
     reader, writer = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_report, args=(plan, writer))
-    with child_environment(plan.env):
+    proc = ctx.Process(target=target, args=(*args, writer))
+    with child_environment(env or {}):
         proc.start()
     try:
-        assert reader.poll(60)
+        assert reader.poll(timeout)
         return reader.recv()
     finally:
         proc.join(10)
+
+
+def _spawn_with(plan: AllocatorPlan):
+    return _in_child(_report, plan, env=plan.env)
 
 
 def test_jemalloc_is_installed_and_preloaded_into_the_child():
@@ -143,19 +148,7 @@ def _churn(trim: bool, conn) -> None:
     conn.send(rss_mb() - before)
 
 
-def _churn_growth(trim: bool) -> int:
-    ctx = mp.get_context("spawn")
-    reader, writer = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_churn, args=(trim, writer))
-    proc.start()
-    try:
-        assert reader.poll(120)
-        return reader.recv()
-    finally:
-        proc.join(10)
-
-
 def test_glibc_keeps_freed_activation_memory_unless_trimmed():
-    kept, trimmed = _churn_growth(trim=False), _churn_growth(trim=True)
+    kept, trimmed = _in_child(_churn, False, timeout=120), _in_child(_churn, True, timeout=120)
     assert kept > 100, kept  # what the issue saw: glibc keeps the pages of freed buffers
     assert trimmed < 50 and trimmed < kept / 3, (trimmed, kept)
