@@ -335,11 +335,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         f"soak: {soak['requests']} requests, {soak['texts']} texts, {soak['tokens_per_s']:.0f} tokens/s, "
         f"errors {soak['errors'] or 'none'}"
     )
+    if not ok:
+        print(f"FAIL: scheduler RSS grew more than {args.max_growth:.0%} after the warm-up")
     if stats.errors or any(r["errors"] for r in ab) or any(r["status"] != 200 for r in big):
         ok = False
         print("FAIL: requests failed")
-    if not ok:
-        print(f"FAIL: scheduler RSS grew more than {args.max_growth:.0%} after the warm-up")
     if args.plot:
         plot_rss(log, args.warmup, args.plot, f"mixed-size soak, {args.clients} clients {args.server_args}".strip())
     if args.output_json:
