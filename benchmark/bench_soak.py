@@ -37,7 +37,7 @@ from typing import Any, Optional
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_serving import DEFAULT_TEXTS, launched_server, load_texts, machine_info, pyplot, run_event_loop  # noqa: E402
 from http_client import LeanPoster  # noqa: E402
-from rss_sampler import Growth, RssLog, growth  # noqa: E402
+from rss_sampler import Growth, RssLog, cpu_seconds, growth, server_processes  # noqa: E402
 
 DEFAULT_SIZES = "1,1,2,4,8,16,32,64,128"
 
@@ -149,19 +149,25 @@ def run_ab(args: argparse.Namespace) -> list[dict[str, Any]]:
             with launch(sides[side], args.launch_timeout) as url:
                 pid = server_pid_for_port(int(url.rsplit(":", 1)[1]))
                 load(args, url, args.ab_warmup, seed=999)
+                schedulers = [p for role, p in server_processes(pid).items() if role.startswith("scheduler")]
+                cpu_before = sum(cpu_seconds(p) or 0.0 for p in schedulers)
                 stats = load(args, url, args.ab_seconds, seed=args.seed + r)
+                cpu = sum(cpu_seconds(p) or 0.0 for p in schedulers) - cpu_before
                 rss = RssLog(pid).sample()
             row = {
                 "round": r + 1,
                 "side": side,
                 "server_args": sides[side],
                 **stats.row(),
+                "scheduler_cpu_s": round(cpu, 1),
+                "tokens_per_scheduler_cpu_s": stats.tokens / max(cpu, 1e-9),
                 "scheduler_rss_mb": rss.get("scheduler"),
             }
             rows.append(row)
             print(
                 f"A/B round {r + 1} {side:10s}: {row['texts_per_s']:.1f} texts/s, {row['tokens_per_s']:.0f} "
-                f"tokens/s, scheduler RSS {row['scheduler_rss_mb'] or 0:.0f} MB",
+                f"tokens/s, {row['tokens_per_scheduler_cpu_s']:.0f} tokens per scheduler CPU-second, "
+                f"scheduler RSS {row['scheduler_rss_mb'] or 0:.0f} MB",
                 flush=True,
             )
     return rows
@@ -169,16 +175,20 @@ def run_ab(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def ab_summary(rows: list[dict[str, Any]]) -> Optional[dict[str, float]]:
     """Throughput of each side over all its rounds (tokens/s, the work done) and configured / baseline."""
-    tot = {}
+    tot, per_cpu = {}, {}
     for side in ("baseline", "configured"):
         mine = [r for r in rows if r["side"] == side]
         if not mine:
             return None
         tot[side] = sum(r["tokens"] for r in mine) / sum(r["elapsed_s"] for r in mine)
+        per_cpu[side] = sum(r["tokens"] for r in mine) / max(sum(r["scheduler_cpu_s"] for r in mine), 1e-9)
     return {
         "baseline_tokens_per_s": tot["baseline"],
         "configured_tokens_per_s": tot["configured"],
         "ratio": tot["configured"] / tot["baseline"],
+        "baseline_tokens_per_cpu_s": per_cpu["baseline"],
+        "configured_tokens_per_cpu_s": per_cpu["configured"],
+        "cpu_ratio": per_cpu["configured"] / per_cpu["baseline"],
     }
 
 
@@ -318,7 +328,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     if summary:
         print(
             f"A/B: baseline {summary['baseline_tokens_per_s']:.0f} tokens/s, configured "
-            f"{summary['configured_tokens_per_s']:.0f} tokens/s, ratio {summary['ratio']:.3f}",
+            f"{summary['configured_tokens_per_s']:.0f} tokens/s, ratio {summary['ratio']:.3f}; per scheduler "
+            f"CPU-second: baseline {summary['baseline_tokens_per_cpu_s']:.0f} tokens, configured "
+            f"{summary['configured_tokens_per_cpu_s']:.0f}, ratio {summary['cpu_ratio']:.3f}",
             flush=True,
         )
     big = run_big_request(args) if args.big_request else []

@@ -28,6 +28,21 @@ def rss_mb(pid: int) -> Optional[float]:
     return None
 
 
+def cpu_seconds(pid: int) -> Optional[float]:
+    """User + system CPU time a process (all its threads) has used, from /proc/PID/stat; None when gone.
+
+    On a shared machine wall-clock throughput swings with the neighbours' load; work per CPU-second
+    of the scheduler is the steadier measure of what an allocator setting costs.
+    """
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            raw = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _stat(pid: int) -> Optional[tuple[str, int]]:
     """(comm, session id) of a process, or None when it is gone."""
     try:

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmark"))
-from rss_sampler import RssLog, growth, server_processes  # noqa: E402
+from rss_sampler import RssLog, cpu_seconds, growth, server_processes  # noqa: E402
 
 from test.helpers.procs import wait_for  # noqa: E402
 
@@ -59,3 +59,15 @@ def test_server_processes_are_found_by_session_and_named_by_role():
     finally:
         os.killpg(proc.pid, 9)
         proc.wait(5)
+
+
+def test_cpu_seconds_counts_this_process_work_and_not_its_sleep():
+    import time
+
+    before, start = cpu_seconds(os.getpid()), time.process_time()
+    while time.process_time() - start < 0.3:
+        pass
+    time.sleep(0.2)
+    used = cpu_seconds(os.getpid()) - before
+    assert 0.2 <= used < 0.45, used
+    assert cpu_seconds(2**22 + 12345) is None  # no such process
