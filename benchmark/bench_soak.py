@@ -319,8 +319,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         args.server_args = f"{build_tiny_decoder(args.tiny_decoder)} {args.server_args}".strip()
     machine = machine_info()
     print(
-        f"machine: {machine['cpu']}, {machine['cores']} cores; load: {args.clients} clients, sizes {args.sizes}; "
-        f"server args: {args.server_args or '(defaults)'}",
+        f"machine: {machine['cpu']}, {machine['cores']} cores, CPU flags {' '.join(machine['cpu_flags'])}; "
+        f"load: {args.clients} clients, sizes {args.sizes}; server args: {args.server_args or '(defaults)'}",
         flush=True,
     )
     ab = run_ab(args) if args.ab_rounds else []
