@@ -44,6 +44,7 @@ MODEL_INFO_KEYS = {
     "prompts",
     "default_prompt",
     "prompt_in_pooling",
+    "memory",
 }
 
 
