@@ -287,8 +287,9 @@ class ServerArgs:
                        help="Longest input in tokens (default: the model's).")
         g.add_argument("--allow-auto-truncate", action="store_true",
                        help="Cut over-long inputs at the context length instead of answering 400.")
-        g.add_argument("--json-model-override-args", default="{}",
-                       help='JSON merged into the model config, e.g. \'{"matryoshka_dimensions": [128, 256]}\'.')
+        g.add_argument("--json-model-override-args", "--hf-overrides", default="{}",
+                       help='JSON merged into the model config, e.g. \'{"matryoshka_dimensions": [128, 256]}\' '
+                            "(--hf-overrides: vLLM's name, e.g. for Qwen3-Reranker, docs/embedding_models.md).")
         g.add_argument("--chat-template", default=None,
                        help='How {"text", "image"} inputs become prompts: a registered name (gme-qwen2-vl) '
                             "or a Jinja / JSON template file (docs/multimodal.md).")

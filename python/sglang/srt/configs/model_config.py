@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import torch
 
 from sglang.srt.configs.chat_template import load_chat_template
+from sglang.srt.configs.llm_reranker import is_rerank_prompt_name, resolve_llm_reranker
 from sglang.srt.configs.model_info import OutputKind
 from sglang.srt.configs.nomic_bert_config import (
     NOMIC_MODEL_TYPE,
@@ -116,6 +117,11 @@ class ModelConfig:
             raise ConfigError(f"config.json in {model_dir} names no architecture")
         architecture = ModelRegistry.resolve(architectures)
         spec = ModelRegistry.spec(architecture)
+        reranker = resolve_llm_reranker(
+            architecture, spec.module == "decoder", hf_config, (args.model_path, model_dir), args.chat_template
+        )
+        if reranker is not None and reranker.token_scores is not None:
+            spec = replace(spec, classifier="token_logits")  # LM-head rows, not the registry's head
         st_info = read_sentence_transformers_info(model_dir)
         # Vision-language configs (Qwen2-VL) keep the decoder's sizes in a nested text config.
         text_config = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
@@ -123,7 +129,7 @@ class ModelConfig:
         is_encoder = spec.is_bidirectional(text_config)
         if not (is_encoder or spec.is_classifier or args.is_embedding or st_info.declares_pooling):
             raise ConfigError(NOT_EMBEDDING_MESSAGE)
-        output = resolve_output(args.sparse_head, model_dir, text_config, spec, architecture, st_info)
+        output = resolve_output(args.sparse_head, model_dir, text_config, spec, architecture, st_info, reranker)
 
         pooling = st_info.pooling or spec.default_pooling_for(text_config)
         # Without sentence-transformers files we follow the model family's convention; with them,
@@ -161,7 +167,7 @@ def check_model(args: ServerArgs) -> ModelConfig:
     """
     from sglang.srt.utils.hub import resolve_model_path
 
-    if args.chat_template is not None:
+    if args.chat_template is not None and not is_rerank_prompt_name(args.chat_template):
         load_chat_template(args.chat_template)  # an unknown name or a bad file
     model_dir = resolve_model_path(args.model_path, args.revision, args.download_dir)
     return ModelConfig.from_server_args(args, model_dir, device="cpu")

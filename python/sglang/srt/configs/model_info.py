@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Any, Optional
 
 from sglang.srt.configs.colbert_config import ColbertConfig
+from sglang.srt.configs.llm_reranker import RerankPrompt
 
 
 class OutputKind(str, Enum):
@@ -72,6 +73,8 @@ class ModelInfo:
     default_prompt: Optional[str] = None
     prompt_in_pooling: bool = True
     memory: Optional[dict[str, Any]] = None  # the scheduler's allocator set-up (utils/allocator.py)
+    # LLM rerankers (Qwen3-Reranker): the prompt /v1/rerank wraps each pair in (None: pairs as given).
+    rerank_prompt: Optional[RerankPrompt] = None
 
     @property
     def is_classifier(self) -> bool:
@@ -84,6 +87,7 @@ class ModelInfo:
         out["labels"] = _list(self.labels)
         out["vision"] = dataclasses.asdict(self.vision) if self.vision is not None else None
         out["embeddings_output"] = self.embeddings_output.value
+        out["rerank_prompt"] = self.rerank_prompt.name if self.rerank_prompt is not None else None
         if self.colbert is not None:
             colbert = dataclasses.asdict(self.colbert)
             out["colbert"] = {k: list(v) if isinstance(v, tuple) else v for k, v in colbert.items()}

@@ -3,7 +3,8 @@
 Chosen once at start-up from ModelConfig.output:
 - dense: pooling, then the sentence-transformers Dense modules, then L2 normalization where the
   checkpoint says so (PooledEmbeddingHead);
-- logits: a classification head (layers/classifier_heads.py);
+- logits: a classification head (layers/classifier_heads.py), or an LLM reranker's few LM-head
+  rows (layers/token_score_head.py);
 - sparse: bge-m3's token-weight head or SPLADE (layers/sparse_heads.py), run only when some input
   of the batch asked for a sparse format; a model may have a dense head and a sparse one (bge-m3);
 - per-token rows (layers/token_outputs.py): hidden states (/embed_all) or a multi-vector ColBERT
@@ -26,6 +27,7 @@ from sglang.srt.layers.pooler import Pooler
 from sglang.srt.layers.sparse_heads import SpladeHead, TokenWeightHead
 from sglang.srt.layers.st_dense import STDenseStack
 from sglang.srt.layers.token_outputs import MultiVectorHead, TokenOutputs
+from sglang.srt.layers.token_score_head import build_token_score_head, token_ids
 from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_executor.forward_io import ForwardOutput
 from sglang.srt.server_args import ServerArgs
@@ -98,6 +100,14 @@ def _build_tokens(mc: ModelConfig, device: torch.device, server_args: ServerArgs
     return TokenOutputs(head, skip)
 
 
+def _build_token_scores(mc: ModelConfig, device: torch.device, server_args: ServerArgs) -> nn.Module:
+    from sglang.srt.utils.hf_tokenizer import load_tokenizer
+
+    cfg = mc.output.token_scores
+    tokenizer = load_tokenizer(server_args.tokenizer_path, server_args.trust_remote_code)
+    return build_token_score_head(mc.model_path, mc.hf_config, token_ids(tokenizer, cfg.tokens), cfg.two_way, device)
+
+
 class OutputHead:
     def __init__(self, dense: Optional[nn.Module], sparse: Optional[nn.Module], tokens: Optional[TokenOutputs] = None):
         self.dense_head = dense
@@ -110,7 +120,9 @@ class OutputHead:
     ) -> "OutputHead":
         out = model_config.output
         dense: Optional[nn.Module] = None
-        if out.classifier is not None:
+        if out.token_scores is not None:
+            dense = _build_token_scores(model_config, device, server_args)
+        elif out.classifier is not None:
             text_config = (
                 model_config.hf_config.get_text_config()
                 if hasattr(model_config.hf_config, "get_text_config")
