@@ -110,7 +110,8 @@ def _token_scores(hf_config) -> Optional[TokenScoreConfig]:
         raise ConfigError(f"classifier_from_token must be a non-empty list of token strings, not {tokens!r}")
     if two_way and len(tokens) != 2:
         raise ConfigError(
-            f'is_original_qwen3_reranker needs exactly two classifier_from_token entries (["no", "yes"]), not {tokens!r}'
+            "is_original_qwen3_reranker needs exactly two classifier_from_token entries "
+            f'(["no", "yes"]), not {tokens!r}'
         )
     return TokenScoreConfig(tuple(tokens), two_way)
 
