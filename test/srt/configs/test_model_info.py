@@ -45,6 +45,7 @@ MODEL_INFO_KEYS = {
     "default_prompt",
     "prompt_in_pooling",
     "memory",
+    "rerank_prompt",
 }
 
 
@@ -66,7 +67,11 @@ def test_to_dict_keeps_the_model_info_keys_as_plain_json_values():
 
     colbert = make_model_info(colbert=ColbertConfig("checkpoint", dim=8, skiplist_words=(".",))).to_dict()
     assert colbert["colbert"]["dim"] == 8 and orjson.loads(orjson.dumps(colbert)) == colbert
+    from sglang.srt.configs.llm_reranker import QWEN3_RERANKER
+
+    assert make_model_info(rerank_prompt=QWEN3_RERANKER).to_dict()["rerank_prompt"] == "qwen3-reranker"
     plain = make_model_info().to_dict()
+    assert plain["rerank_prompt"] is None
     assert plain["vision"] is None and plain["labels"] is None and plain["embeddings_output"] == "dense"
 
 
