@@ -14,7 +14,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from test.helpers.tiny_models import WORDS, _decoder_classes, _randomize
+from test.helpers.tiny_models import WORDS, build_tiny_qwen3
 
 # From the Qwen3-Reranker model card.
 CARD_PREFIX = (
@@ -39,8 +39,8 @@ DOCUMENTS = [
 ]
 
 
-def build_reranker_tokenizer(out_dir: str) -> int:
-    """Returns the vocabulary size."""
+def reranker_tokenizer():
+    """A byte-level BPE tokenizer (PreTrainedTokenizerFast) that adds no special tokens of its own."""
     from tokenizers import Tokenizer, decoders, pre_tokenizers, trainers
     from tokenizers.models import BPE
     from transformers import PreTrainedTokenizerFast
@@ -59,34 +59,20 @@ def build_reranker_tokenizer(out_dir: str) -> int:
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     for word in ("yes", "no"):
         assert fast.convert_tokens_to_ids(word) not in (None, fast.unk_token_id), word
-    fast.save_pretrained(out_dir)
-    return len(fast)
+    return fast
 
 
 def build_tiny_qwen3_reranker(out_dir: str, seed: int = 0, tie_word_embeddings: bool = True) -> str:
     """A 2-layer random Qwen3ForCausalLM; name `out_dir` with "Qwen3-Reranker" for detection."""
-    config_cls, model_cls = _decoder_classes("qwen3")
-    os.makedirs(out_dir, exist_ok=True)
-    vocab = build_reranker_tokenizer(out_dir)
-    cfg = dict(
-        vocab_size=vocab,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        hidden_size=48,
-        head_dim=16,
-        intermediate_size=96,
-        max_position_embeddings=512,
-        rms_norm_eps=1e-6,
-        rope_theta=10000.0,
+    tokenizer = reranker_tokenizer()
+    build_tiny_qwen3(
+        out_dir,
+        seed=seed,
+        vocab_size=len(tokenizer),
         tie_word_embeddings=tie_word_embeddings,
-        pad_token_id=0,
-        eos_token_id=2,
+        max_position_embeddings=512,
     )
-    torch.manual_seed(seed)
-    model = model_cls(config_cls(**cfg)).eval()
-    _randomize(model, seed)
-    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)  # over the generic tokenizer build_tiny_qwen3 wrote
     return out_dir
 
 

@@ -11,16 +11,12 @@ from sglang.srt.managers.io_struct import EmbeddingReqInput
 from sglang.srt.managers.tokenization import InputTokenizer
 from sglang.srt.server_args import ServerArgs
 from test.helpers.model_info import make_model_info
-from test.helpers.tiny_reranker import CARD_PREFIX, DOCUMENTS, QUERY, build_reranker_tokenizer, card_input_ids
+from test.helpers.tiny_reranker import CARD_PREFIX, DOCUMENTS, QUERY, card_input_ids, reranker_tokenizer
 
 
 @pytest.fixture(scope="module")
-def hf_tokenizer(tmp_path_factory):
-    from transformers import AutoTokenizer
-
-    d = str(tmp_path_factory.mktemp("rerank_tok"))
-    build_reranker_tokenizer(d)
-    return AutoTokenizer.from_pretrained(d)
+def hf_tokenizer():
+    return reranker_tokenizer()
 
 
 def _tok(hf_tokenizer, context=512, prompt=QWEN3_RERANKER, **kw) -> InputTokenizer:

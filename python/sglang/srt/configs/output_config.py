@@ -102,12 +102,14 @@ def resolve_output(
     st_info: SentenceTransformersInfo,
     reranker: Optional[LlmReranker] = None,
 ) -> OutputConfig:
-    if reranker is not None:
-        return _llm_reranker(sparse_head, model_dir, text_config, spec, architecture, st_info, reranker)
+    if reranker is not None and reranker.token_scores is not None:
+        return _token_scores_output(sparse_head, architecture, reranker)
     colbert = None if spec.is_classifier else read_colbert_config(model_dir, [architecture], st_info)
     if colbert is not None and colbert.replaces_dense and not sparse_head:
         return OutputConfig(OutputKind.MULTI_VECTOR, colbert=colbert)
     out = _resolve_single_vector(sparse_head, model_dir, text_config, spec, architecture, st_info)
+    if reranker is not None:  # a converted LLM reranker: its own score head, plus the prompt
+        return replace(out, rerank_prompt=reranker.prompt)
     if colbert is not None and out.embeddings_output is OutputKind.DENSE:
         out = replace(out, colbert=colbert)  # bge-m3: dense answers, multi-vector on request
     return out
@@ -143,18 +145,7 @@ def _resolve_single_vector(
     return OutputConfig(OutputKind.DENSE)
 
 
-def _llm_reranker(
-    sparse_head: Optional[str],
-    model_dir: str,
-    text_config,
-    spec,
-    architecture: str,
-    st_info: SentenceTransformersInfo,
-    reranker: LlmReranker,
-) -> OutputConfig:
-    if reranker.token_scores is None:  # a converted checkpoint: its own score head
-        out = _resolve_single_vector(sparse_head, model_dir, text_config, spec, architecture, st_info)
-        return replace(out, rerank_prompt=reranker.prompt)
+def _token_scores_output(sparse_head: Optional[str], architecture: str, reranker: LlmReranker) -> OutputConfig:
     if sparse_head:
         raise ConfigError(f"--sparse-head does not apply to {architecture}, served as an LLM reranker")
     return OutputConfig(
