@@ -1,7 +1,7 @@
 """A tiny random Qwen3-Reranker and the model card's scoring recipe, run with transformers.
 
-The checkpoint is a Qwen3ForCausalLM saved by transformers (tied embeddings by default, as the
-real Qwen3-Reranker-0.6B) with a byte-level BPE tokenizer that knows the prompt's chat tokens and
+The checkpoint is a Qwen3ForCausalLM saved by transformers (tied embeddings by default, as in
+Qwen3-0.6B, the 0.6B reranker's base) with a byte-level BPE tokenizer that knows the prompt's chat tokens and
 has "yes" and "no" as ordinary tokens. The reference below writes the prompt out from the model
 card itself (not from our configs), so a wrong character in our template fails the tests.
 """
