@@ -8,6 +8,7 @@ card itself (not from our configs), so a wrong character in our template fails t
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Optional
 
@@ -86,12 +87,17 @@ def card_input_ids(tokenizer, query: str, documents: list[str], instruction: Opt
     return [prefix + list(ids) + suffix for ids in enc["input_ids"]]
 
 
-def card_scores(model_dir: str, query: str, documents: list[str], instruction: Optional[str] = None) -> np.ndarray:
-    """exp(log_softmax([logit("no"), logit("yes")]))[yes] at the last token, each pair unpadded."""
+@functools.lru_cache(maxsize=4)
+def _card_model(model_dir: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    return tokenizer, AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+
+def card_scores(model_dir: str, query: str, documents: list[str], instruction: Optional[str] = None) -> np.ndarray:
+    """exp(log_softmax([logit("no"), logit("yes")]))[yes] at the last token, each pair unpadded."""
+    tokenizer, model = _card_model(model_dir)
     no, yes = tokenizer.convert_tokens_to_ids("no"), tokenizer.convert_tokens_to_ids("yes")
     scores = []
     with torch.no_grad():
