@@ -49,6 +49,15 @@ def test_rerank_follows_the_model_card(server):
     assert info["rerank_prompt"] == "qwen3-reranker" and info["labels"] == ["yes"]
 
 
+def test_tei_rerank_route_gets_the_prompt_too(server):
+    r = requests.post(server.base_url + "/rerank", json={"query": QUERY, "texts": DOCUMENTS}, timeout=60)
+    assert r.status_code == 200, r.text
+    ref = card_scores(server.model_dir, QUERY, DOCUMENTS)
+    assert [x["index"] for x in r.json()] == np.argsort(-ref, kind="stable").tolist()
+    scores = np.array([x["score"] for x in sorted(r.json(), key=lambda x: x["index"])])
+    assert np.max(np.abs(scores - ref) / ref) <= 1e-4
+
+
 def test_per_request_instruction(server):
     ref = card_scores(server.model_dir, QUERY, DOCUMENTS, INSTRUCTION)
     for field in ("instruction", "instruct"):
