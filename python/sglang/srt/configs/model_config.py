@@ -95,6 +95,7 @@ class ModelConfig:
     # and the prefix requests naming none get (--default-prompt(-name) or the checkpoint's default).
     prompts: tuple[tuple[str, str], ...] = ()
     default_prompt: Optional[str] = None
+    projection_dim: Optional[int] = None  # CLIP / SigLIP: the shared text-image space's width
 
     @property
     def embedding_dim(self) -> int:
@@ -104,6 +105,8 @@ class ModelConfig:
             return self.vocab_size  # the sparse vectors' index space
         if self.output.embeddings_output is OutputKind.MULTI_VECTOR:
             return self.output.colbert.dim or self.hidden_size  # the runner reports the head's real width
+        if self.projection_dim is not None:
+            return self.projection_dim
         dense = self.st_info.dense_layers
         return dense[-1].out_features if dense else self.hidden_size
 
@@ -131,7 +134,7 @@ class ModelConfig:
             raise ConfigError(NOT_EMBEDDING_MESSAGE)
         output = resolve_output(args.sparse_head, model_dir, text_config, spec, architecture, st_info, reranker)
 
-        pooling = st_info.pooling or spec.default_pooling_for(text_config)
+        pooling = "model" if spec.image_text else st_info.pooling or spec.default_pooling_for(text_config)
         # Without sentence-transformers files we follow the model family's convention; with them,
         # exactly what sentence-transformers would do, so vectors match its `encode`. Logits never.
         normalize = st_info.normalize if st_info.declares_pooling else output.embeddings_output is not OutputKind.LOGITS
@@ -149,6 +152,7 @@ class ModelConfig:
             st_info=st_info,
             is_encoder=is_encoder,
             output=output,
+            projection_dim=image_text_dim(hf_config) if spec.image_text else None,
         )
         config.prompts = known_prompts(st_info.prompts)
         config.default_prompt = default_prompt(
@@ -156,6 +160,19 @@ class ModelConfig:
         )
         config.is_matryoshka, config.matryoshka_dimensions = matryoshka_settings(hf_config, config.embedding_dim)
         return config
+
+
+def image_text_dim(hf_config) -> int:
+    """Width of a CLIP / SigLIP model's shared space: CLIP's projection_dim; SigLIP's text head
+    (projection_size) and pooled image width, which must agree."""
+    if hasattr(hf_config, "projection_dim"):
+        return int(hf_config.projection_dim)
+    text = hf_config.text_config
+    text_dim = int(getattr(text, "projection_size", None) or text.hidden_size)
+    image_dim = int(hf_config.vision_config.hidden_size)
+    if text_dim != image_dim:
+        raise ConfigError(f"The text tower embeds into {text_dim} dimensions but the image tower into {image_dim}")
+    return text_dim
 
 
 def check_model(args: ServerArgs) -> ModelConfig:

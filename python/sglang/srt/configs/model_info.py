@@ -26,13 +26,22 @@ class OutputKind(str, Enum):
     MULTI_VECTOR = "multi_vector"  # one vector per token (ColBERT checkpoints)
 
 
+VISION_QWEN2_VL = "qwen2_vl"  # image patches become tokens of the language model (GME)
+VISION_IMAGE_TEXT = "image_text"  # a separate image tower: each item is a text or an image (CLIP, SigLIP)
+
+
 @dataclass(frozen=True)
 class VisionInfo:
-    """What the tokenizer side needs to turn images into tokens (Qwen2-VL / GME)."""
+    """What the tokenizer side needs to turn images into model inputs."""
 
     model_dir: str  # where the image processor's preprocessor_config.json lives
-    image_token_id: int
-    spatial_merge_size: int
+    image_token_id: Optional[int] = None  # Qwen2-VL
+    spatial_merge_size: Optional[int] = None  # Qwen2-VL
+    kind: str = VISION_QWEN2_VL
+    # Image towers (VISION_IMAGE_TEXT): patch size in pixels, and whether a class token leads the
+    # patches (CLIP); an image counts 1 + patches (or patches) tokens.
+    patch_size: Optional[int] = None
+    class_token: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from sglang.srt.configs.model_info import VisionInfo
+from sglang.srt.configs.model_info import VISION_IMAGE_TEXT, VisionInfo
 from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_executor.forward_io import ForwardInput
 
@@ -59,9 +59,17 @@ def vision_info(model_config) -> Optional[VisionInfo]:
     ModelRunner.model_info() carries it to the HTTP processes."""
     from sglang.srt.configs.model_registry import ModelRegistry
 
-    if not ModelRegistry.spec(model_config.architecture).image_inputs:
+    spec = ModelRegistry.spec(model_config.architecture)
+    if not spec.image_inputs:
         return None
     cfg = model_config.hf_config
+    if spec.image_text:  # CLIP / SigLIP: the image tower's patches (models/clip.py, models/siglip.py)
+        return VisionInfo(
+            model_dir=model_config.model_path,
+            kind=VISION_IMAGE_TEXT,
+            patch_size=int(cfg.vision_config.patch_size),
+            class_token=model_config.architecture == "CLIPModel",
+        )
     return VisionInfo(
         model_dir=model_config.model_path,
         image_token_id=int(cfg.image_token_id),
