@@ -49,11 +49,24 @@ def image_dir(tmp_path_factory) -> str:
     return str(d)
 
 
-@pytest.fixture(scope="module", params=list(FAMILIES))
-def family(request, tmp_path_factory):
-    build, kwargs, arch = FAMILIES[request.param]
-    model_dir = build(str(tmp_path_factory.mktemp(request.param)), **kwargs)
-    return request.param, model_dir, arch, make_runner(model_dir), load_reference(model_dir)
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict:
+    """name -> (model_dir, architecture, our runner, the reference), each built once per module."""
+    cache: dict = {}
+
+    def get(name: str):
+        if name not in cache:
+            build, kwargs, arch = FAMILIES[name]
+            model_dir = build(str(tmp_path_factory.mktemp(name)), **kwargs)
+            cache[name] = (model_dir, arch, make_runner(model_dir), load_reference(model_dir))
+        return cache[name]
+
+    return get
+
+
+@pytest.fixture(params=list(FAMILIES))
+def family(request, built):
+    return (request.param, *built(request.param))
 
 
 def prepare(model_dir: str, runner, items: list[MultimodalItem], image_dir: str) -> list[TokenizedEmbeddingReqInput]:
@@ -103,12 +116,11 @@ def test_texts_and_images_in_one_batch_match_transformers(family, image_dir):
     np.testing.assert_allclose(plain[0], got[2], atol=1e-6)
 
 
-def test_siglip_text_padding_is_what_makes_it_match(tmp_path_factory):
+def test_siglip_text_padding_is_what_makes_it_match(built, image_dir):
     """A control: without padding to the model's positions the SigLIP text vector is far off, so
     the parity above depends on the padding convention (pad token, padding side, length)."""
-    model_dir = build_tiny_siglip(str(tmp_path_factory.mktemp("siglip_pad")))
-    runner, ref = make_runner(model_dir), load_reference(model_dir)
-    reqs = prepare(model_dir, runner, [MultimodalItem(text="the cat")], str(tmp_path_factory.mktemp("none")))
+    model_dir, _, runner, ref = built("siglip")
+    reqs = prepare(model_dir, runner, [MultimodalItem(text="the cat")], image_dir)
     padded = runner.run_requests(reqs)
     runner.image_text.pad_to = None
     try:
