@@ -182,3 +182,20 @@ def test_gpu_matches_transformers(name, tmp_path, image_dir):
     torch.backends.cuda.matmul.allow_tf32 = False
     assert relative_error_rows(got, expected).max() <= 1e-3
     assert os.path.isdir(model_dir)
+
+
+def test_config_without_architectures_is_detected_by_model_type(built, tmp_path):
+    """Some SigLIP 2 uploads' config.json has no `architectures`: model_type "siglip" says it all."""
+    import json
+    import shutil
+
+    from sglang.srt.configs.model_config import ModelConfig
+
+    model_dir = built("siglip")[0]
+    d = tmp_path / "no_arch"
+    shutil.copytree(model_dir, d)
+    cfg = json.loads((d / "config.json").read_text())
+    del cfg["architectures"]
+    (d / "config.json").write_text(json.dumps(cfg))
+    mc = ModelConfig.from_server_args(ServerArgs(model_path=str(d)), str(d), "cpu")
+    assert mc.architecture == "SiglipModel" and mc.pooling == "model" and mc.embedding_dim == 32

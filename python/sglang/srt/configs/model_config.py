@@ -116,6 +116,9 @@ class ModelConfig:
 
         hf_config = load_hf_config(model_dir, args.trust_remote_code, args.model_override_args)
         architectures = list(getattr(hf_config, "architectures", None) or [])
+        architectures = architectures or ModelRegistry.architectures_for_model_type(
+            getattr(hf_config, "model_type", None)
+        )
         if not architectures:
             raise ConfigError(f"config.json in {model_dir} names no architecture")
         architecture = ModelRegistry.resolve(architectures)

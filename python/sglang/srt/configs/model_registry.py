@@ -174,7 +174,18 @@ _MODELS: dict[str, ModelSpec] = {
 }
 
 
+# Checkpoints whose config.json names no `architectures` (some SigLIP 2 uploads): the model_type
+# says which model it is.
+_BY_MODEL_TYPE = {"clip": "CLIPModel", "siglip": "SiglipModel", "siglip2": "Siglip2Model"}
+
+
 class ModelRegistry:
+    @staticmethod
+    def architectures_for_model_type(model_type: Optional[str]) -> list[str]:
+        """The architecture a config without `architectures` implies by its model_type ([]: none)."""
+        arch = _BY_MODEL_TYPE.get(model_type or "")
+        return [arch] if arch else []
+
     @staticmethod
     def register(architecture: str, spec: ModelSpec) -> None:
         _MODELS[architecture] = spec
