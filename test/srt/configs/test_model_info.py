@@ -60,7 +60,15 @@ def test_to_dict_keeps_the_model_info_keys_as_plain_json_values():
     out = info.to_dict()
     assert set(out) == MODEL_INFO_KEYS
     assert out["matryoshka_dimensions"] == [8, 16] and out["labels"] == ["a", "b"]
-    assert out["vision"] == {"model_dir": "/m", "image_token_id": 5, "spatial_merge_size": 2}
+    assert out["vision"] == {
+        "model_dir": "/m",
+        "image_token_id": 5,
+        "spatial_merge_size": 2,
+        "kind": "qwen2_vl",
+        "patch_size": None,
+        "class_token": False,
+        "image_tokens": None,
+    }
     assert type(out["embeddings_output"]) is str and out["embeddings_output"] == "logits"
     assert orjson.loads(orjson.dumps(out)) == out
     from sglang.srt.configs.colbert_config import ColbertConfig

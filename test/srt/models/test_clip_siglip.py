@@ -199,3 +199,17 @@ def test_config_without_architectures_is_detected_by_model_type(built, tmp_path)
     (d / "config.json").write_text(json.dumps(cfg))
     mc = ModelConfig.from_server_args(ServerArgs(model_path=str(d)), str(d), "cpu")
     assert mc.architecture == "SiglipModel" and mc.pooling == "model" and mc.embedding_dim == 32
+
+
+def test_image_processor_that_does_not_fit_the_tower_fails_at_start(built):
+    """A preprocessor_config.json whose crop size differs from the image tower's is a one-line
+    ConfigError when the HTTP side starts, not a failing batch later."""
+    from sglang.srt.errors import ConfigError
+    from sglang.srt.managers.multimodal.tower_images import TowerImages
+
+    model_dir, _, runner, _ = built("clip")
+    vision = runner.model_info().vision
+    assert vision.image_tokens == 17
+    TowerImages(model_dir, vision.patch_size, vision.class_token, vision.image_tokens)  # fits
+    with pytest.raises(ConfigError, match=r"makes 32x32 images \(17 tokens\) but the model's image tower takes 50"):
+        TowerImages(model_dir, vision.patch_size, vision.class_token, 50)

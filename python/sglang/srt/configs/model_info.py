@@ -42,6 +42,7 @@ class VisionInfo:
     # patches (CLIP); an image counts 1 + patches (or patches) tokens.
     patch_size: Optional[int] = None
     class_token: bool = False
+    image_tokens: Optional[int] = None  # every image's sequence length, where fixed (not SigLIP 2)
 
 
 @dataclass(frozen=True, kw_only=True)

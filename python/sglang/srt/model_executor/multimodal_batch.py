@@ -64,11 +64,15 @@ def vision_info(model_config) -> Optional[VisionInfo]:
         return None
     cfg = model_config.hf_config
     if spec.image_text:  # CLIP / SigLIP: the image tower's patches (models/clip.py, models/siglip.py)
+        vision = cfg.vision_config
+        class_token = model_config.architecture == "CLIPModel"
+        size = getattr(vision, "image_size", None)  # SigLIP 2 (NaFlex) has none: sizes vary
         return VisionInfo(
             model_dir=model_config.model_path,
             kind=VISION_IMAGE_TEXT,
-            patch_size=int(cfg.vision_config.patch_size),
-            class_token=model_config.architecture == "CLIPModel",
+            patch_size=int(vision.patch_size),
+            class_token=class_token,
+            image_tokens=(int(size) // int(vision.patch_size)) ** 2 + class_token if size else None,
         )
     return VisionInfo(
         model_dir=model_config.model_path,

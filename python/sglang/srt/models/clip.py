@@ -42,6 +42,13 @@ TOWER_STACKED_PARAMS = [
 ]
 
 
+def loadable(value: torch.Tensor) -> nn.Parameter:
+    """A plain parameter the checkpoint fills (class token, probe, fused in-projections)."""
+    param = nn.Parameter(value, requires_grad=False)
+    param.weight_loader = default_weight_loader
+    return param
+
+
 class TowerAttention(nn.Module):
     def __init__(self, config, causal: bool, layer_id: int) -> None:
         super().__init__()
@@ -172,8 +179,7 @@ class ClipVisionTransformer(nn.Module):
         super().__init__()
         dim = config.hidden_size
         self.image_size = config.image_size
-        self.class_embedding = nn.Parameter(torch.zeros(dim), requires_grad=False)
-        self.class_embedding.weight_loader = default_weight_loader
+        self.class_embedding = loadable(torch.zeros(dim))
         self.patch_embedding = PatchEmbedding(config.num_channels, config.patch_size, dim, bias=False)
         self.position_embedding = frozen_embedding((config.image_size // config.patch_size) ** 2 + 1, dim)
         self.pre_layrnorm = LayerNorm(dim, config.layer_norm_eps)  # sic: the checkpoint's name

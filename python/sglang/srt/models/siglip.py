@@ -26,9 +26,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sglang.srt.errors import ConfigError
 from sglang.srt.layers.layernorm import LayerNorm
 from sglang.srt.layers.linear import Linear
-from sglang.srt.model_loader.weight_utils import default_weight_loader, load_weights_into
+from sglang.srt.model_loader.weight_utils import load_weights_into
 from sglang.srt.models.bert import frozen_embedding
 from sglang.srt.models.clip import (
     TOWER_STACKED_PARAMS,
@@ -37,6 +38,7 @@ from sglang.srt.models.clip import (
     TowerEncoder,
     TowerMLP,
     check_image_size,
+    loadable,
 )
 
 if TYPE_CHECKING:
@@ -55,12 +57,6 @@ class SiglipTextTransformer(nn.Module):
         hidden = self.encoder(self.embeddings(fb), fb)
         last = hidden.index_select(0, fb.cu_seqlens[1:].long() - 1)
         return self.head(self.final_layer_norm(last))
-
-
-def loadable(value: torch.Tensor) -> nn.Parameter:
-    param = nn.Parameter(value, requires_grad=False)
-    param.weight_loader = default_weight_loader
-    return param
 
 
 class PoolingAttention(nn.Module):
@@ -120,7 +116,7 @@ class SiglipVisionTransformer(nn.Module):
         self.encoder = TowerEncoder(config, causal=False)
         self.post_layernorm = LayerNorm(dim, config.layer_norm_eps)
         if not getattr(config, "vision_use_head", True):
-            raise ValueError("SigLIP checkpoints without the attention-pooling head (vision_use_head) are not served")
+            raise ConfigError("SigLIP checkpoints without the attention-pooling head (vision_use_head) are not served")
         self.head = AttentionPoolingHead(config)
 
     def embed(self, pixels: torch.Tensor, grids: np.ndarray) -> torch.Tensor:

@@ -74,7 +74,7 @@ class MultimodalPreparer:
         # CLIP / SigLIP: an item is a text or an image, the image going to the model's image tower.
         self.towers: Optional[TowerImages] = None
         if vision is not None and vision.kind == VISION_IMAGE_TEXT:
-            self.towers = TowerImages(vision.model_dir, vision.patch_size, vision.class_token)
+            self.towers = TowerImages(vision.model_dir, vision.patch_size, vision.class_token, vision.image_tokens)
             self.loader = ImageLoader(server_args, self.towers)
         elif vision is not None:
             self.images = Qwen2VLImages(vision.model_dir, server_args.mm_min_pixels, server_args.mm_max_pixels)

@@ -9,7 +9,10 @@ image's aspect ratio, so its patch grid (and token count) varies per image.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
+from PIL import Image
 
 from sglang.srt.errors import ConfigError
 
@@ -17,7 +20,7 @@ from sglang.srt.errors import ConfigError
 class TowerImages:
     """Thread-safe wrapper around the checkpoint's image processor (call it off the event loop)."""
 
-    def __init__(self, model_dir: str, patch_size: int, class_token: bool) -> None:
+    def __init__(self, model_dir: str, patch_size: int, class_token: bool, image_tokens: Optional[int] = None) -> None:
         from transformers import AutoImageProcessor
 
         try:
@@ -39,6 +42,14 @@ class TowerImages:
             self.max_pixels = int(self._size("height")) * int(self._size("width"))
         else:  # SigLIP 2: at most max_num_patches patches
             self.max_pixels = int(getattr(self.processor, "max_num_patches", 256)) * patch_size**2
+        if image_tokens is not None:  # a fixed-size image tower: the processor must make that size
+            _, grid, tokens = self(Image.new("RGB", (32, 24), (255, 255, 255)))
+            if tokens != image_tokens:
+                rows, cols = int(grid[0, 1]) * patch_size, int(grid[0, 2]) * patch_size
+                raise ConfigError(
+                    f"The image processor in {model_dir} makes {rows}x{cols} images ({tokens} tokens) but the "
+                    f"model's image tower takes {image_tokens} tokens per image"
+                )
 
     def target_size(self, height: int, width: int) -> tuple[int, int]:
         """(height, width) the processor resizes an image of this size to, before any crop (the
