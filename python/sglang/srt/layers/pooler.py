@@ -13,19 +13,16 @@ if TYPE_CHECKING:
 
 
 class Pooler(nn.Module):
-    """cls / mean / lasttoken / max pooling driven by the batch's packed lengths, in float32; "model":
-    the model pooled already (CLIP, SigLIP: one row per sequence comes in)."""
+    """cls / mean / lasttoken / max pooling driven by the batch's packed lengths, in float32."""
 
     def __init__(self, method: str, normalize: bool) -> None:
         super().__init__()
-        if method not in ("cls", "mean", "lasttoken", "max", "model"):
+        if method not in ("cls", "mean", "lasttoken", "max"):
             raise ValueError(f"unknown pooling method '{method}'")
         self.method = method
         self.normalize = normalize
 
     def pool(self, hidden: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
-        if self.method == "model":
-            return hidden.float()
         starts = fb.cu_seqlens[:-1].long()
         if self.method == "cls":
             return hidden.index_select(0, starts).float()

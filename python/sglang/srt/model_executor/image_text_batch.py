@@ -5,7 +5,8 @@ An input with `pixel_values` is an image: its `input_ids` are placeholders whose
 sequence length in the image tower (the tokenizer side made them, managers/multimodal/), so the
 scheduler's token budget weighs images by the work they cost. Every image of the batch goes
 through one forward in which each attends only within itself (the images' cu_seqlens); texts go
-through one forward of the text tower. The model pools (and projects); the vectors are then L2-normalized.
+through the text tower as any text model's batch does (a CUDA graph where one fits). The model
+pools and projects (the output head calls its `pool_text`); the vectors are then L2-normalized.
 
 SigLIP texts are padded to `model.text_padding` tokens with the tokenizer's pad id, on the
 tokenizer's padding side, exactly as the reference `padding="max_length"` does (models/siglip.py
@@ -79,19 +80,17 @@ class ImageTextRunner:
         images = [i for i, r in enumerate(reqs) if r.pixel_values is not None]
         texts = [i for i, r in enumerate(reqs) if r.pixel_values is None]
         rows: list[torch.Tensor] = []
-        if texts:
-            fb = self.runner.build_batch(self.text_tokens([reqs[i].input_ids for i in texts]))
-            fb.attn_backend.init_forward_metadata(fb)
-            rows.append(self.model.encode_text(fb))
+        if texts:  # a text model's path: a CUDA graph where one fits, then the output head's pool_text
+            rows.append(
+                self.runner.forward(self.runner.build_batch(self.text_tokens([reqs[i].input_ids for i in texts])))
+            )
         if images:
-            rows.append(self.encode_images([reqs[i] for i in images]))
+            vectors = self.encode_images([reqs[i] for i in images]).float()
+            rows.append(F.normalize(vectors, p=2, dim=-1) if self.runner.model_config.normalize else vectors)
         vectors = torch.cat(rows) if len(rows) > 1 else rows[0]
         order = texts + images
         if order != sorted(order):
             vectors = vectors.index_select(0, torch.as_tensor(np.argsort(order), device=vectors.device))
-        vectors = vectors.float()
-        if self.runner.model_config.normalize:
-            vectors = F.normalize(vectors, p=2, dim=-1)
         return vectors.to("cpu").numpy()
 
     def encode_images(self, reqs: Sequence[ForwardInput]) -> torch.Tensor:

@@ -65,6 +65,20 @@ def normalize_rows(reqs: Sequence, default: bool) -> Optional[torch.Tensor]:
     return torch.tensor(flags, dtype=torch.bool)
 
 
+class ModelPooledHead(nn.Module):
+    """Models that pool themselves (CLIP / SigLIP text towers, pooling "model"): their
+    `pool_text(hidden, fb)`, then L2 normalization, in float32."""
+
+    def __init__(self, pool_text, normalize: bool) -> None:
+        super().__init__()
+        self.pool_text = pool_text  # a bound method of the model (not registered as a submodule)
+        self.normalize = normalize
+
+    def forward(self, hidden: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
+        x = self.pool_text(hidden, fb).float()
+        return F.normalize(x, p=2, dim=-1) if self.normalize else x
+
+
 def special_token_ids(server_args: ServerArgs) -> list[int]:
     """Ids a sparse output must never contain ([CLS], </s>, padding, ...), from the tokenizer."""
     from sglang.srt.utils.hf_tokenizer import load_tokenizer
@@ -131,6 +145,8 @@ class OutputHead:
             dense = build_classifier(
                 out.classifier, text_config, len(out.labels), model_config.model_path, device, model_config.dtype
             )
+        elif model_config.pooling == "model":
+            dense = ModelPooledHead(model.pool_text, model_config.normalize)
         elif out.has_dense:
             dense = PooledEmbeddingHead(model_config).to(device)
         sparse = _build_sparse(model_config, model, device, server_args) if out.sparse is not None else None

@@ -11,9 +11,10 @@ tower attends within each image (each image is one sequence of 1 class token + i
   patches) with the class token prepended, + position embeddings -> pre_layrnorm -> layers ->
   post_layernorm of the class token -> visual_projection.
 
-The model pools itself (configs/model_registry: pooling "model"); the runner
-(model_executor/image_text_batch.py) sends text inputs to `encode_text` and images to
-`encode_images`, then L2-normalizes. models/siglip.py reuses the towers' layers.
+The model pools itself (configs/model_registry: pooling "model"): the runner
+(model_executor/image_text_batch.py) runs text inputs like any text model's (eagerly or as a CUDA
+graph of `run_layers`) and the output head calls `pool_text`; images go to `encode_images`; both
+are then L2-normalized. models/siglip.py reuses the towers' layers.
 """
 
 from __future__ import annotations
@@ -168,9 +169,9 @@ class ClipTextTransformer(nn.Module):
             return first_match_rows(fb, ids == top[fb.seq_ids])
         return first_match_rows(fb, ids == self.eos_token_id)
 
-    def forward(self, fb: ForwardBatch) -> torch.Tensor:
-        hidden = self.encoder(self.embeddings(fb), fb)
-        # Causal attention: the pooled token never sees what follows it, so only its row is normalized.
+    def pool(self, hidden: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
+        """The encoder's per-token output -> the pooled token's row after final_layer_norm (a
+        per-row norm, so only the pooled rows are normalized)."""
         return self.final_layer_norm(hidden.index_select(0, self.pooled_rows(fb)))
 
 
@@ -200,7 +201,9 @@ class ClipVisionTransformer(nn.Module):
 
 
 class CLIPModel(nn.Module):
-    """encode_text(fb) / encode_images(fb, pixels, grids) -> projected, unnormalized [B, dim]."""
+    """Text: `embed(fb)` and `run_layers(hidden, fb)` (the part CUDA graphs capture) give per-token
+    states, `pool_text(hidden, fb)` the projected vectors; images: `encode_images(fb, pixels,
+    grids)`. Both unnormalized [B, dim]."""
 
     # Sequences images become: the class token, then the patches (the tokenizer side counts them).
     class_token = True
@@ -214,15 +217,24 @@ class CLIPModel(nn.Module):
         self.text_projection = Linear(config.text_config.hidden_size, config.projection_dim, bias=False)
         self.visual_projection = Linear(config.vision_config.hidden_size, config.projection_dim, bias=False)
 
+    def embed(self, fb: ForwardBatch) -> torch.Tensor:
+        return self.text_model.embeddings(fb)
+
+    def run_layers(self, hidden: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
+        return self.text_model.encoder(hidden, fb)
+
+    def forward(self, fb: ForwardBatch) -> torch.Tensor:
+        """The text tower's per-token states [T, hidden] (texts are what plain batches hold)."""
+        return self.run_layers(self.embed(fb), fb)
+
+    def pool_text(self, hidden: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
+        return self.text_projection(self.text_model.pool(hidden, fb))
+
     def encode_text(self, fb: ForwardBatch) -> torch.Tensor:
-        return self.text_projection(self.text_model(fb))
+        return self.pool_text(self.forward(fb), fb)
 
     def encode_images(self, fb: ForwardBatch, pixels: torch.Tensor, grids: np.ndarray) -> torch.Tensor:
         return self.visual_projection(self.vision_model(fb, pixels))
-
-    def forward(self, fb: ForwardBatch) -> torch.Tensor:
-        """A text-only batch (the runner's plain path)."""
-        return self.encode_text(fb)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         return load_weights_into(self, weights, TOWER_STACKED_PARAMS, _clip_rename)

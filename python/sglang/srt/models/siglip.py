@@ -53,8 +53,8 @@ class SiglipTextTransformer(nn.Module):
         self.final_layer_norm = LayerNorm(config.hidden_size, config.layer_norm_eps)
         self.head = Linear(config.hidden_size, getattr(config, "projection_size", None) or config.hidden_size)
 
-    def forward(self, fb: ForwardBatch) -> torch.Tensor:
-        hidden = self.encoder(self.embeddings(fb), fb)
+    def pool(self, hidden: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
+        """The encoder's per-token output -> each text's last position, normalized, through `head`."""
         last = hidden.index_select(0, fb.cu_seqlens[1:].long() - 1)
         return self.head(self.final_layer_norm(last))
 
@@ -148,7 +148,8 @@ class SiglipVisionTransformer(nn.Module):
 
 
 class SiglipModel(nn.Module):
-    """encode_text(fb) / encode_images(fb, pixels, grids) -> unnormalized [B, dim]."""
+    """The interface of models/clip.CLIPModel: embed / run_layers / pool_text for texts,
+    encode_images for images; unnormalized [B, dim]."""
 
     class_token = False
     naflex = False
@@ -161,14 +162,24 @@ class SiglipModel(nn.Module):
         # Every text is padded to this many tokens before the forward (see the module docstring).
         self.text_padding: Optional[int] = int(config.text_config.max_position_embeddings)
 
+    def embed(self, fb: ForwardBatch) -> torch.Tensor:
+        return self.text_model.embeddings(fb)
+
+    def run_layers(self, hidden: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
+        return self.text_model.encoder(hidden, fb)
+
+    def forward(self, fb: ForwardBatch) -> torch.Tensor:
+        """The text tower's per-token states [T, hidden]."""
+        return self.run_layers(self.embed(fb), fb)
+
+    def pool_text(self, hidden: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
+        return self.text_model.pool(hidden, fb)
+
     def encode_text(self, fb: ForwardBatch) -> torch.Tensor:
-        return self.text_model(fb)
+        return self.pool_text(self.forward(fb), fb)
 
     def encode_images(self, fb: ForwardBatch, pixels: torch.Tensor, grids: np.ndarray) -> torch.Tensor:
         return self.vision_model(fb, pixels, grids)
-
-    def forward(self, fb: ForwardBatch) -> torch.Tensor:
-        return self.encode_text(fb)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         return load_weights_into(self, weights, TOWER_STACKED_PARAMS, self._rename)
