@@ -9,7 +9,6 @@ itself in the batch within 1e-5.
 
 from __future__ import annotations
 
-import asyncio
 import os
 
 import numpy as np
@@ -17,13 +16,12 @@ import pytest
 import torch
 from PIL import Image
 
-from sglang.srt.managers.io_struct import MultimodalItem, TokenizedEmbeddingReqInput
-from sglang.srt.managers.multimodal.preparer import MultimodalPreparer, attach
+from sglang.srt.managers.io_struct import MultimodalItem
 from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_executor.image_text_batch import pad_texts
 from sglang.srt.server_args import ServerArgs
 from test.helpers.images import gradient_image
-from test.helpers.parity import MIXED_TEXTS, make_runner, relative_error_rows
+from test.helpers.parity import MIXED_TEXTS, make_runner, prepare_requests, relative_error_rows
 from test.helpers.tiny_image_text import (
     build_tiny_clip,
     build_tiny_siglip,
@@ -69,19 +67,8 @@ def family(request, built):
     return (request.param, *built(request.param))
 
 
-def prepare(model_dir: str, runner, items: list[MultimodalItem], image_dir: str) -> list[TokenizedEmbeddingReqInput]:
-    """Our request path: MultimodalPreparer -> TokenizedEmbeddingReqInput."""
-    from transformers import AutoTokenizer
-
-    args = ServerArgs(model_path=model_dir, allowed_local_media_path=image_dir)
-    prep = MultimodalPreparer(args, runner.model_info(), AutoTokenizer.from_pretrained(model_dir))
-    try:
-        prepared = asyncio.run(prep.prepare(items))
-    finally:
-        prep.close()
-    reqs = [TokenizedEmbeddingReqInput(rid=str(i), worker_id=0, input_ids=p.input_ids) for i, p in enumerate(prepared)]
-    attach(reqs, prepared)
-    return reqs
+def prepare(model_dir: str, runner, items: list[MultimodalItem], image_dir: str) -> list:
+    return prepare_requests(ServerArgs(model_path=model_dir, allowed_local_media_path=image_dir), runner, items)
 
 
 def test_texts_and_images_in_one_batch_match_transformers(family, image_dir):

@@ -187,7 +187,7 @@ class ClipVisionTransformer(nn.Module):
         self.encoder = TowerEncoder(config, causal=False)
         self.post_layernorm = LayerNorm(dim, config.layer_norm_eps)
 
-    def forward(self, fb: ForwardBatch, pixels: torch.Tensor) -> torch.Tensor:
+    def forward(self, fb: ForwardBatch, pixels: torch.Tensor, grids: np.ndarray) -> torch.Tensor:
         """pixels [N, C, H, W]; fb packs N sequences of 1 + patches rows each."""
         check_image_size(pixels, self.image_size)
         patches = self.patch_embedding(pixels)
@@ -200,22 +200,15 @@ class ClipVisionTransformer(nn.Module):
         return self.post_layernorm(hidden.index_select(0, fb.cu_seqlens[:-1].long()))
 
 
-class CLIPModel(nn.Module):
-    """Text: `embed(fb)` and `run_layers(hidden, fb)` (the part CUDA graphs capture) give per-token
-    states, `pool_text(hidden, fb)` the projected vectors; images: `encode_images(fb, pixels,
-    grids)`. Both unnormalized [B, dim]."""
+class TwoTowerModel(nn.Module):
+    """What CLIP and SigLIP share. Texts: `embed(fb)` and `run_layers(hidden, fb)` (the part CUDA
+    graphs capture) give the text tower's per-token states, `pool_text(hidden, fb)` the vectors;
+    images: `encode_images(fb, pixels, grids)`. Vectors are unnormalized [B, dim]. Subclasses set
+    `text_model` (with `embeddings`, `encoder`, `pool`) and `vision_model`, and project."""
 
-    # Sequences images become: the class token, then the patches (the tokenizer side counts them).
-    class_token = True
-    text_padding: Optional[int] = None  # CLIP's text is causal: no padding to match
-
-    def __init__(self, config) -> None:
-        super().__init__()
-        self.config = config
-        self.text_model = ClipTextTransformer(config.text_config)
-        self.vision_model = ClipVisionTransformer(config.vision_config)
-        self.text_projection = Linear(config.text_config.hidden_size, config.projection_dim, bias=False)
-        self.visual_projection = Linear(config.vision_config.hidden_size, config.projection_dim, bias=False)
+    # Sequences images become: CLIP's class token, then the patches (the tokenizer side counts them).
+    class_token = False
+    text_padding: Optional[int] = None  # SigLIP: every text padded to this many tokens
 
     def embed(self, fb: ForwardBatch) -> torch.Tensor:
         return self.text_model.embeddings(fb)
@@ -228,13 +221,37 @@ class CLIPModel(nn.Module):
         return self.run_layers(self.embed(fb), fb)
 
     def pool_text(self, hidden: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
-        return self.text_projection(self.text_model.pool(hidden, fb))
+        return self.project_text(self.text_model.pool(hidden, fb))
 
     def encode_text(self, fb: ForwardBatch) -> torch.Tensor:
         return self.pool_text(self.forward(fb), fb)
 
     def encode_images(self, fb: ForwardBatch, pixels: torch.Tensor, grids: np.ndarray) -> torch.Tensor:
-        return self.visual_projection(self.vision_model(fb, pixels))
+        return self.project_image(self.vision_model(fb, pixels, grids))
+
+    def project_text(self, pooled: torch.Tensor) -> torch.Tensor:
+        return pooled
+
+    def project_image(self, pooled: torch.Tensor) -> torch.Tensor:
+        return pooled
+
+
+class CLIPModel(TwoTowerModel):
+    class_token = True  # an image is its class token, then its patches
+
+    def __init__(self, config) -> None:
+        super().__init__()
+        self.config = config
+        self.text_model = ClipTextTransformer(config.text_config)
+        self.vision_model = ClipVisionTransformer(config.vision_config)
+        self.text_projection = Linear(config.text_config.hidden_size, config.projection_dim, bias=False)
+        self.visual_projection = Linear(config.vision_config.hidden_size, config.projection_dim, bias=False)
+
+    def project_text(self, pooled: torch.Tensor) -> torch.Tensor:
+        return self.text_projection(pooled)
+
+    def project_image(self, pooled: torch.Tensor) -> torch.Tensor:
+        return self.visual_projection(pooled)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         return load_weights_into(self, weights, TOWER_STACKED_PARAMS, _clip_rename)

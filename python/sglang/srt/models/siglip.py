@@ -37,6 +37,7 @@ from sglang.srt.models.clip import (
     TextEmbeddings,
     TowerEncoder,
     TowerMLP,
+    TwoTowerModel,
     check_image_size,
     loadable,
 )
@@ -147,11 +148,7 @@ class SiglipVisionTransformer(nn.Module):
         return self.head(self.post_layernorm(self.encoder(x, fb)), fb)
 
 
-class SiglipModel(nn.Module):
-    """The interface of models/clip.CLIPModel: embed / run_layers / pool_text for texts,
-    encode_images for images; unnormalized [B, dim]."""
-
-    class_token = False
+class SiglipModel(TwoTowerModel):
     naflex = False
 
     def __init__(self, config) -> None:
@@ -160,26 +157,7 @@ class SiglipModel(nn.Module):
         self.text_model = SiglipTextTransformer(config.text_config)
         self.vision_model = SiglipVisionTransformer(config.vision_config, naflex=self.naflex)
         # Every text is padded to this many tokens before the forward (see the module docstring).
-        self.text_padding: Optional[int] = int(config.text_config.max_position_embeddings)
-
-    def embed(self, fb: ForwardBatch) -> torch.Tensor:
-        return self.text_model.embeddings(fb)
-
-    def run_layers(self, hidden: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
-        return self.text_model.encoder(hidden, fb)
-
-    def forward(self, fb: ForwardBatch) -> torch.Tensor:
-        """The text tower's per-token states [T, hidden]."""
-        return self.run_layers(self.embed(fb), fb)
-
-    def pool_text(self, hidden: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
-        return self.text_model.pool(hidden, fb)
-
-    def encode_text(self, fb: ForwardBatch) -> torch.Tensor:
-        return self.pool_text(self.forward(fb), fb)
-
-    def encode_images(self, fb: ForwardBatch, pixels: torch.Tensor, grids: np.ndarray) -> torch.Tensor:
-        return self.vision_model(fb, pixels, grids)
+        self.text_padding = int(config.text_config.max_position_embeddings)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         return load_weights_into(self, weights, TOWER_STACKED_PARAMS, self._rename)
