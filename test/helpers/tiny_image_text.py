@@ -50,6 +50,28 @@ def build_tokenizer(out_dir: str, start: Optional[str]) -> dict[str, int]:
     return ids
 
 
+def build_siglip_tokenizer(out_dir: str) -> dict[str, int]:
+    """SigLIP's own SiglipTokenizer (sentencepiece, `</s>` appended, `</s>` also the pad token,
+    right padding, as google/siglip-* ship it) over a sentencepiece model trained on WORDS."""
+    import sentencepiece as spm
+    from transformers import SiglipTokenizer
+
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter([" ".join(WORDS)] * 3 + WORDS),
+        model_prefix=os.path.join(out_dir, "spiece"),
+        vocab_size=200,
+        hard_vocab_limit=False,
+        pad_id=0,
+        eos_id=1,
+        unk_id=2,
+        bos_id=-1,
+        minloglevel=2,
+    )
+    tok = SiglipTokenizer(vocab_file=os.path.join(out_dir, "spiece.model"))
+    tok.save_pretrained(out_dir)
+    return {END: tok.eos_token_id, PAD: tok.pad_token_id}
+
+
 def _randomize(model: torch.nn.Module, seed: int) -> None:
     """Every weight random, norms near one, so a misplaced tensor shows in the parity tests."""
     gen = torch.Generator().manual_seed(seed)
@@ -95,11 +117,16 @@ def build_tiny_clip(out_dir: str, seed: int = 0) -> str:
 
 
 def build_tiny_siglip(out_dir: str, seed: int = 0, version: int = 1) -> str:
-    """SigLIP (version 1) or SigLIP 2 (version 2, NaFlex images of up to 16 patches)."""
+    """SigLIP (version 1, with SigLIP's sentencepiece tokenizer) or SigLIP 2 (version 2, NaFlex
+    images of up to 16 patches, a BPE tokenizer that transformers loads as its Gemma-based
+    Siglip2Tokenizer, which pads on the left)."""
     from transformers import AutoTokenizer
 
     os.makedirs(out_dir, exist_ok=True)
-    ids = build_tokenizer(out_dir, None)
+    if version == 1:
+        ids = build_siglip_tokenizer(out_dir)
+    else:
+        ids = build_tokenizer(out_dir, None)
     vocab = len(AutoTokenizer.from_pretrained(out_dir))
     torch.manual_seed(seed)
     if version == 1:
