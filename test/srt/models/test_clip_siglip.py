@@ -48,23 +48,30 @@ def image_dir(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> dict:
-    """name -> (model_dir, architecture, our runner, the reference), each built once per module."""
-    cache: dict = {}
+def built(tmp_path_factory):
+    """(name, attention backend) -> (model_dir, architecture, our runner, the reference); each
+    checkpoint built and each runner made once per module."""
+    checkpoints: dict = {}
+    runners: dict = {}
 
-    def get(name: str):
-        if name not in cache:
+    def get(name: str, backend: str = "cpu_varlen"):
+        if name not in checkpoints:
             build, kwargs, arch = FAMILIES[name]
             model_dir = build(str(tmp_path_factory.mktemp(name)), **kwargs)
-            cache[name] = (model_dir, arch, make_runner(model_dir), load_reference(model_dir))
-        return cache[name]
+            checkpoints[name] = (model_dir, arch, load_reference(model_dir))
+        model_dir, arch, ref = checkpoints[name]
+        if (name, backend) not in runners:
+            runners[name, backend] = make_runner(model_dir, attention_backend=backend)
+        return model_dir, arch, runners[name, backend], ref
 
     return get
 
 
-@pytest.fixture(params=list(FAMILIES))
+# The CPU backends: the compiled varlen kernel (what auto picks) and torch_native (SDPA).
+@pytest.fixture(params=[(f, b) for b in ("cpu_varlen", "torch_native") for f in FAMILIES], ids=lambda p: "-".join(p))
 def family(request, built):
-    return (request.param, *built(request.param))
+    name, backend = request.param
+    return (name, *built(name, backend))
 
 
 def prepare(model_dir: str, runner, items: list[MultimodalItem], image_dir: str) -> list:
