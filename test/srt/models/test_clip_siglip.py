@@ -9,11 +9,8 @@ itself in the batch within 1e-5.
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 from sglang.srt.managers.io_struct import MultimodalItem
@@ -162,20 +159,27 @@ def test_clip_pools_first_end_token_or_highest_id_for_old_configs():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(FAMILIES))
-def test_gpu_matches_transformers(name, tmp_path, image_dir):
+def test_gpu_matches_transformers_and_flashinfer_graphs_match(name, tmp_path, image_dir):
+    """float32 torch_native on the GPU against transformers (<= 1e-4); the default GPU set-up
+    (FlashInfer, CUDA graphs for the text tower, bf16) against it by cosine."""
+    from test.helpers.parity import cosine_rows
+
     build, kwargs, _ = FAMILIES[name]
     model_dir = build(str(tmp_path / name), **kwargs)
-    runner = make_runner(model_dir, device="cuda", dtype="float32", disable_cuda_graph=True)
     ref = load_reference(model_dir)
+    exact = make_runner(model_dir, device="cuda", dtype="float32", attention_backend="torch_native")
+    fast = make_runner(model_dir, device="cuda", attention_backend="flashinfer", cuda_graph_max_tokens=256)
+    assert fast.graph_runner is not None
     items = [MultimodalItem(text=t) for t in MIXED_TEXTS[:3]]
     items += [MultimodalItem(image=f"{image_dir}/{k}.png") for k in IMAGES]
-    got = runner.run_requests(prepare(model_dir, runner, items, image_dir))
+    reqs = prepare(model_dir, exact, items, image_dir)
+    got = exact.run_requests(reqs)
     images = [Image.open(f"{image_dir}/{k}.png").convert("RGB") for k in IMAGES]
     expected = np.concatenate([reference_text(ref, MIXED_TEXTS[:3]), *[reference_images(ref, [i]) for i in images]])
-    # TF32-free float32 on the GPU: the same bound as on the CPU, with some room for kernels.
-    torch.backends.cuda.matmul.allow_tf32 = False
-    assert relative_error_rows(got, expected).max() <= 1e-3
-    assert os.path.isdir(model_dir)
+    assert relative_error_rows(got, expected).max() <= 1e-4
+    assert cosine_rows(fast.run_requests(reqs), got).min() >= 0.999
+    texts = reqs[:3]  # a text-only batch: the graph path
+    assert cosine_rows(fast.run_requests(texts), got[:3]).min() >= 0.999
 
 
 def test_config_without_architectures_is_detected_by_model_type(built, tmp_path):
