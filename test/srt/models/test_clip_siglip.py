@@ -211,3 +211,18 @@ def test_image_processor_that_does_not_fit_the_tower_fails_at_start(built):
     TowerImages(model_dir, vision.patch_size, vision.class_token, vision.image_tokens)  # fits
     with pytest.raises(ConfigError, match=r"makes 32x32 images \(17 tokens\) but the model's image tower takes 50"):
         TowerImages(model_dir, vision.patch_size, vision.class_token, 50)
+
+
+def test_request_normalize_false_returns_the_raw_projection(built, image_dir):
+    """A request's `normalize: false` holds for text and image inputs alike, per input in a batch."""
+    model_dir, _, runner, _ = built("clip")
+    items = [MultimodalItem(text="the cat"), MultimodalItem(image=f"{image_dir}/wide.png")]
+    reqs = prepare(model_dir, runner, items, image_dir)
+    normalized = runner.run_requests(reqs)
+    for r in reqs:
+        r.normalize = False
+    raw = runner.run_requests(reqs + prepare(model_dir, runner, items, image_dir))  # + two default inputs
+    norms = np.linalg.norm(raw, axis=1)
+    assert abs(norms[0] - 1) > 1e-3 and abs(norms[1] - 1) > 1e-3
+    np.testing.assert_allclose(raw[:2] / norms[:2, None], normalized, atol=1e-6)
+    np.testing.assert_allclose(raw[2:], normalized, atol=1e-6)

@@ -6,7 +6,8 @@ sequence length in the image tower (the tokenizer side made them, managers/multi
 scheduler's token budget weighs images by the work they cost. Every image of the batch goes
 through one forward in which each attends only within itself (the images' cu_seqlens); texts go
 through the text tower as any text model's batch does (a CUDA graph where one fits). The model
-pools and projects (the output head calls its `pool_text`); the vectors are then L2-normalized.
+pools and projects (the output head calls its `pool_text`); the vectors are then L2-normalized
+(as the checkpoint says, or per input as its request's `normalize` asks).
 
 SigLIP texts are padded to `model.text_padding` tokens with the tokenizer's pad id, on the
 tokenizer's padding side, exactly as the reference `padding="max_length"` does (models/siglip.py
@@ -19,9 +20,9 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from sglang.srt.model_executor.forward_io import ForwardInput
+from sglang.srt.model_executor.output_head import normalize_as, normalize_rows
 
 if TYPE_CHECKING:
     from sglang.srt.model_executor.model_runner import ModelRunner
@@ -79,14 +80,15 @@ class ImageTextRunner:
                 raise ValueError("text-image models answer with one dense vector per input")
         images = [i for i, r in enumerate(reqs) if r.pixel_values is not None]
         texts = [i for i, r in enumerate(reqs) if r.pixel_values is None]
+        default = self.runner.model_config.normalize
         rows: list[torch.Tensor] = []
         if texts:  # a text model's path: a CUDA graph where one fits, then the output head's pool_text
-            rows.append(
-                self.runner.forward(self.runner.build_batch(self.text_tokens([reqs[i].input_ids for i in texts])))
-            )
+            fb = self.runner.build_batch(self.text_tokens([reqs[i].input_ids for i in texts]))
+            fb.normalize_rows = normalize_rows([reqs[i] for i in texts], default)
+            rows.append(self.runner.forward(fb))
         if images:
             vectors = self.encode_images([reqs[i] for i in images]).float()
-            rows.append(F.normalize(vectors, p=2, dim=-1) if self.runner.model_config.normalize else vectors)
+            rows.append(normalize_as(vectors, normalize_rows([reqs[i] for i in images], default), default))
         vectors = torch.cat(rows) if len(rows) > 1 else rows[0]
         order = texts + images
         if order != sorted(order):

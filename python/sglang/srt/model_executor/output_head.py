@@ -51,10 +51,14 @@ class PooledEmbeddingHead(nn.Module):
         x = self.pooler(hidden, fb)
         if self.dense is not None:
             x = self.dense(x)
-        rows = fb.normalize_rows
-        if rows is None:
-            return F.normalize(x, p=2, dim=-1) if self.normalize else x
-        return torch.where(rows.to(x.device).unsqueeze(1), F.normalize(x, p=2, dim=-1), x)
+        return normalize_as(x, fb.normalize_rows, self.normalize)
+
+
+def normalize_as(x: torch.Tensor, rows: Optional[torch.Tensor], default: bool) -> torch.Tensor:
+    """L2-normalize the rows `rows` says ([B] bool), or all of them when `default` and rows is None."""
+    if rows is None:
+        return F.normalize(x, p=2, dim=-1) if default else x
+    return torch.where(rows.to(x.device).unsqueeze(1), F.normalize(x, p=2, dim=-1), x)
 
 
 def normalize_rows(reqs: Sequence, default: bool) -> Optional[torch.Tensor]:
@@ -67,7 +71,7 @@ def normalize_rows(reqs: Sequence, default: bool) -> Optional[torch.Tensor]:
 
 class ModelPooledHead(nn.Module):
     """Models that pool themselves (CLIP / SigLIP text towers, pooling "model"): their
-    `pool_text(hidden, fb)`, then L2 normalization, in float32."""
+    `pool_text(hidden, fb)`, then L2 normalization (per row as requests ask), in float32."""
 
     def __init__(self, pool_text, normalize: bool) -> None:
         super().__init__()
@@ -75,8 +79,7 @@ class ModelPooledHead(nn.Module):
         self.normalize = normalize
 
     def forward(self, hidden: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
-        x = self.pool_text(hidden, fb).float()
-        return F.normalize(x, p=2, dim=-1) if self.normalize else x
+        return normalize_as(self.pool_text(hidden, fb).float(), fb.normalize_rows, self.normalize)
 
 
 def special_token_ids(server_args: ServerArgs) -> list[int]:
