@@ -205,7 +205,8 @@ class MultimodalPreparer:
                     f"({self.context_length} tokens).",
                 )
             return PreparedItem(ids)
-        pixels, grid, tokens = image
+        pixels, grid = image
+        tokens = self.towers.num_tokens(grid)
         if tokens > self.max_num_tokens:
             raise item_error(
                 index,

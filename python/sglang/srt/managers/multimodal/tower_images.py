@@ -43,7 +43,8 @@ class TowerImages:
         else:  # SigLIP 2: at most max_num_patches patches
             self.max_pixels = int(getattr(self.processor, "max_num_patches", 256)) * patch_size**2
         if image_tokens is not None:  # a fixed-size image tower: the processor must make that size
-            _, grid, tokens = self(Image.new("RGB", (32, 24), (255, 255, 255)))
+            _, grid = self(Image.new("RGB", (32, 24), (255, 255, 255)))
+            tokens = self.num_tokens(grid)
             if tokens != image_tokens:
                 rows, cols = int(grid[0, 1]) * patch_size, int(grid[0, 2]) * patch_size
                 raise ConfigError(
@@ -63,10 +64,15 @@ class TowerImages:
             return int(self._size("height")), int(self._size("width"))
         return height, width
 
-    def __call__(self, image) -> tuple[np.ndarray, np.ndarray, int]:
+    def num_tokens(self, grid: np.ndarray) -> int:
+        """An image's sequence length in the image tower: its patches (+ CLIP's class token)."""
+        _, rows, cols = (int(x) for x in np.asarray(grid).reshape(3))
+        return rows * cols + int(self.class_token)
+
+    def __call__(self, image) -> tuple[np.ndarray, np.ndarray]:
         """An RGB PIL image -> (pixel_values float32, grid int64 [1, 3] as (1, rows, columns) of
-        patches, its length in tokens). pixel_values is [C, H, W], or SigLIP 2's patches
-        [rows * columns, P * P * C] without the processor's padding."""
+        patches). pixel_values is [C, H, W], or SigLIP 2's patches [rows * columns, P * P * C]
+        without the processor's padding."""
         out = self.processor(images=[image], return_tensors="np")
         pixels = np.asarray(out["pixel_values"], dtype=np.float32)[0]
         if "spatial_shapes" in out:  # NaFlex: patches padded to max_num_patches, the valid ones first
@@ -75,4 +81,4 @@ class TowerImages:
         else:
             rows, cols = pixels.shape[-2] // self.patch_size, pixels.shape[-1] // self.patch_size
         grid = np.asarray([[1, rows, cols]], dtype=np.int64)
-        return np.ascontiguousarray(pixels), grid, rows * cols + int(self.class_token)
+        return np.ascontiguousarray(pixels), grid
