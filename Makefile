@@ -15,6 +15,11 @@ $(STAMP): pyproject.toml Makefile
 	# CPU build of torch, pinned; everything else from pyproject.
 	$(PIP) install -q "torch==2.13.0"
 	$(PIP) install -q -e ".[test,tracing,ray]"
+	# The scheduler's allocator (docs/cpu.md): Debian's libjemalloc2 where apt can install it.
+	# Without it the server still runs (glibc malloc with trims); the memory tests expect it.
+	$(PY) -c "from sglang.srt.utils.allocator import find_allocator as f; raise SystemExit(f('jemalloc') is None)" \
+	  || apt-get install -y -q libjemalloc2 || (apt-get update -q && apt-get install -y -q libjemalloc2) \
+	  || echo "warning: could not install libjemalloc2: the scheduler will use glibc malloc (docs/cpu.md)"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -43,16 +43,8 @@ CONFIGS = {
     "int8": "--device cpu --quantization int8",
     "bfloat16": "--device cpu --dtype bfloat16",
 }
-FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "avx512_bf16", "amx_bf16")
-
-
-def cpu_flags() -> list[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
-    except OSError:
-        flags = []
-    return [fl for fl in FLAGS if fl in flags]
+FLAGS = bench_serving.CPU_FLAGS
+cpu_flags = bench_serving.cpu_flags
 
 
 def _rate(fn, flops: float, seconds: float = 1.5) -> float:

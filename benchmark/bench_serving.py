@@ -79,11 +79,30 @@ def percentile(xs: list[float], q: float) -> float:
     return s[lo] + (s[min(lo + 1, len(s) - 1)] - s[lo]) * (pos - lo)
 
 
+# CPU features that decide which kernels oneDNN and our code run (printed next to every number).
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "avx512_bf16", "amx_bf16")
+
+
+def cpu_flags() -> list[str]:
+    """Which of CPU_FLAGS this machine has, from /proc/cpuinfo."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
+    except OSError:
+        flags = []
+    return [fl for fl in CPU_FLAGS if fl in flags]
+
+
 def machine_info() -> dict[str, Any]:
     cpu = platform.processor() or platform.machine()
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
         cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    info: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform()}
+    info: dict[str, Any] = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "cpu_flags": cpu_flags(),
+        "platform": platform.platform(),
+    }
     if shutil.which("nvidia-smi"):
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=30
@@ -305,14 +324,22 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         print("  ".join(x.rjust(w) for x, w in zip(line, widths)))
 
 
-def plot(rows: list[dict[str, Any]], path: str, title: str) -> None:
+def pyplot(path: str):
+    """matplotlib.pyplot on the file-only backend, or None (said on stdout) when not installed."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print(f"matplotlib is not installed: skipping --plot {path}")
+        print(f"matplotlib is not installed (pip install -e '.[bench]'): skipping --plot {path}")
+        return None
+    return plt
+
+
+def plot(rows: list[dict[str, Any]], path: str, title: str) -> None:
+    plt = pyplot(path)
+    if plt is None:
         return
     fig, ax = plt.subplots(figsize=(7, 4.5))
     x = [r["texts_per_s"] for r in rows]

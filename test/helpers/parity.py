@@ -33,6 +33,26 @@ def make_runner(model_dir: str, **kwargs):
     return ModelRunner(ServerArgs(model_path=model_dir, **kwargs))
 
 
+def prepare_requests(args, runner, items: list) -> list:
+    """Our request path for `{"text", "image"}` items: MultimodalPreparer (tokenizer, chat
+    template, image fetching and processing) -> TokenizedEmbeddingReqInput with images attached."""
+    import asyncio
+
+    from transformers import AutoTokenizer
+
+    from sglang.srt.managers.io_struct import TokenizedEmbeddingReqInput
+    from sglang.srt.managers.multimodal.preparer import MultimodalPreparer, attach
+
+    prep = MultimodalPreparer(args, runner.model_info(), AutoTokenizer.from_pretrained(args.model_path))
+    try:
+        prepared = asyncio.run(prep.prepare(items))
+    finally:
+        prep.close()
+    reqs = [TokenizedEmbeddingReqInput(rid=str(i), worker_id=0, input_ids=p.input_ids) for i, p in enumerate(prepared)]
+    attach(reqs, prepared)
+    return reqs
+
+
 def hf_pool(hidden: torch.Tensor, mask: torch.Tensor, method: str) -> torch.Tensor:
     """Reference pooling over a padded [B, L, H] batch (cls assumes right padding)."""
     if method == "cls":

@@ -57,6 +57,14 @@ def test_trtllm_and_sglang_flag_spellings():
     assert ServerArgs.from_cli_args(parse(["--max-payload-size", "1024", "--enable-metrics"])).max_payload_bytes == 1024
 
 
+def test_vllm_hf_overrides_spelling():
+    parse = build_serve_parser().parse_args
+    overrides = '{"classifier_from_token": ["no", "yes"], "is_original_qwen3_reranker": true}'
+    for flag in ("--hf-overrides", "--json-model-override-args"):
+        args = ServerArgs.from_cli_args(parse([flag, overrides]))
+        assert args.model_override_args == {"classifier_from_token": ["no", "yes"], "is_original_qwen3_reranker": True}
+
+
 @pytest.mark.slow
 def test_missing_model_directory_is_one_line_error():
     r = _run("-m", "sglang.launch_server", "--model-path", "/nonexistent/model/dir")

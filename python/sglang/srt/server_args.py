@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from sglang.srt.errors import ConfigError
+from sglang.srt.utils.allocator import ALLOCATOR_CHOICES, PRELOADED_ALLOCATORS, find_allocator
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 
@@ -39,6 +40,7 @@ CHOICES = {
     "device": ("auto", "cpu", "cuda"),
     "attention_backend": ("auto", "torch_native", "cpu_varlen", "flashinfer"),
     "quantization": (None, "int8"),
+    "cpu_allocator": ALLOCATOR_CHOICES,
     "log_level": ("debug", "info", "warning", "error", "critical"),
     "log_format": ("text", "json"),
     "ssl_cert_reqs": (None, "none", "optional", "required"),
@@ -86,6 +88,7 @@ class ServerArgs:
     # Execution
     cpu_threads: Optional[int] = None
     attention_backend: str = "auto"
+    cpu_allocator: str = "auto"  # the scheduler's malloc and oneDNN cache cap (utils/allocator.py)
     disable_cuda_graph: bool = False
     cuda_graph_max_tokens: int = 4096
     cuda_graph_max_seqs: int = 128
@@ -189,6 +192,11 @@ class ServerArgs:
             raise ConfigError("--max-queue-delay must be >= 0 seconds")
         if self.cpu_threads is not None and self.cpu_threads < 1:
             raise ConfigError("--cpu-threads must be at least 1")
+        if self.cpu_allocator in PRELOADED_ALLOCATORS and find_allocator(self.cpu_allocator) is None:
+            raise ConfigError(
+                f"--cpu-allocator {self.cpu_allocator}: the library is not installed "
+                f"({PRELOADED_ALLOCATORS[self.cpu_allocator]}); use auto to fall back to glibc"
+            )
         if self.cuda_graph_max_tokens < 1 or self.cuda_graph_max_seqs < 1:
             raise ConfigError("--cuda-graph-max-tokens and --cuda-graph-max-seqs must be at least 1")
         if not (0.0 < self.mem_fraction_static <= 1.0):
@@ -288,8 +296,9 @@ class ServerArgs:
                        help="Longest input in tokens (default: the model's).")
         g.add_argument("--allow-auto-truncate", action="store_true",
                        help="Cut over-long inputs at the context length instead of answering 400.")
-        g.add_argument("--json-model-override-args", default="{}",
-                       help='JSON merged into the model config, e.g. \'{"matryoshka_dimensions": [128, 256]}\'.')
+        g.add_argument("--json-model-override-args", "--hf-overrides", default="{}",
+                       help='JSON merged into the model config, e.g. \'{"matryoshka_dimensions": [128, 256]}\' '
+                            "(--hf-overrides: vLLM's name, e.g. for Qwen3-Reranker, docs/embedding_models.md).")
         g.add_argument("--chat-template", default=None,
                        help='How {"text", "image"} inputs become prompts: a registered name (gme-qwen2-vl) '
                             "or a Jinja / JSON template file (docs/multimodal.md).")
@@ -332,6 +341,10 @@ class ServerArgs:
                        choices=CHOICES["attention_backend"],
                        help="auto: flashinfer on CUDA when installed; on CPU cpu_varlen (a C kernel built "
                             "once with the system compiler) when it builds; else torch_native (SDPA).")
+        g.add_argument("--cpu-allocator", default=d["cpu_allocator"].default, choices=CHOICES["cpu_allocator"],
+                       help="The scheduler's memory allocator. auto: jemalloc, else tcmalloc, when installed, "
+                            "else glibc with fixed thresholds and trims; all but off also cap oneDNN's "
+                            "per-shape cache. off: none of it (docs/cpu.md).")
         g.add_argument("--disable-cuda-graph", action="store_true", help="Run the GPU forward eagerly.")
         g.add_argument("--cuda-graph-max-tokens", type=int, default=d["cuda_graph_max_tokens"].default,
                        help="Largest token bucket captured as a CUDA graph; bigger batches run eagerly.")

@@ -72,7 +72,15 @@ def test_unsupported_architecture_lists_supported_ones(tmp_path):
         _config(str(d), is_embedding=True)
     msg = str(err.value)
     assert "\n" not in msg and msg.startswith("Model architecture GPT2LMHeadModel is not supported")
-    for arch in ("BertModel", "Qwen3ForCausalLM", "Qwen2Model", "LlamaForCausalLM", "MistralModel"):
+    for arch in (
+        "BertModel",
+        "Qwen3ForCausalLM",
+        "Qwen2Model",
+        "LlamaForCausalLM",
+        "MistralModel",
+        "CLIPModel",
+        "SiglipModel",
+    ):
         assert arch in msg
 
 

@@ -46,6 +46,8 @@ MODEL_INFO_KEYS = {
     "prompt_in_pooling",
     "dp_size",
     "replicas",
+    "memory",
+    "rerank_prompt",
 }
 
 
@@ -65,7 +67,15 @@ def test_to_dict_keeps_the_model_info_keys_as_plain_json_values():
     out = info.to_dict()
     assert set(out) == MODEL_INFO_KEYS
     assert out["matryoshka_dimensions"] == [8, 16] and out["labels"] == ["a", "b"]
-    assert out["vision"] == {"model_dir": "/m", "image_token_id": 5, "spatial_merge_size": 2}
+    assert out["vision"] == {
+        "model_dir": "/m",
+        "image_token_id": 5,
+        "spatial_merge_size": 2,
+        "kind": "qwen2_vl",
+        "patch_size": None,
+        "class_token": False,
+        "image_tokens": None,
+    }
     assert type(out["embeddings_output"]) is str and out["embeddings_output"] == "logits"
     assert out["dp_size"] == 2 and out["replicas"] == [
         {"dp_rank": 0, "device": "cpu", "cpu_cores": [0, 1], "cpu_threads": 2},
@@ -76,7 +86,11 @@ def test_to_dict_keeps_the_model_info_keys_as_plain_json_values():
 
     colbert = make_model_info(colbert=ColbertConfig("checkpoint", dim=8, skiplist_words=(".",))).to_dict()
     assert colbert["colbert"]["dim"] == 8 and orjson.loads(orjson.dumps(colbert)) == colbert
+    from sglang.srt.configs.llm_reranker import QWEN3_RERANKER
+
+    assert make_model_info(rerank_prompt=QWEN3_RERANKER).to_dict()["rerank_prompt"] == "qwen3-reranker"
     plain = make_model_info().to_dict()
+    assert plain["rerank_prompt"] is None
     assert plain["vision"] is None and plain["labels"] is None and plain["embeddings_output"] == "dense"
 
 

@@ -106,6 +106,7 @@ def test_cross_encoder_classify_and_embeddings_give_its_logit(cross_encoder):
         ({"query": QUERY, "documents": "not a list"}, 400, "documents"),
         ({"documents": DOCS}, 400, "query"),
         ({"query": QUERY, "documents": DOCS, "model": "other"}, 404, "model"),
+        ({"query": QUERY, "documents": DOCS, "instruction": "x"}, 400, "instruction"),  # no LLM-reranker prompt
     ],
 )
 def test_rerank_bad_inputs(cross_encoder, payload, status, param):

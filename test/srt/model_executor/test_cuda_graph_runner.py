@@ -397,3 +397,24 @@ def test_gpu_window_masks_under_graphs():
             replayed = graph_runner.replay(fb, model.embed(fb), graph_runner.plan(fb)).float()
             assert torch.nn.functional.cosine_similarity(eager, ref, dim=-1).min() >= 0.999, seq_lens
             assert torch.nn.functional.cosine_similarity(replayed, eager, dim=-1).min() >= 0.9999, seq_lens
+
+
+def test_image_text_models_replay_their_text_tower(monkeypatch, tmp_path):
+    """SigLIP's text batches (padded to the text tower's positions) take the graph path of the
+    text tower's run_layers and give the eager vectors (CLIP's text tower is the same code, causal)."""
+    from sglang.srt.managers.io_struct import TokenizedEmbeddingReqInput
+    from test.helpers.tiny_image_text import build_tiny_siglip
+
+    path = build_tiny_siglip(str(tmp_path / "siglip"))
+    runner = make_runner(path)
+    graph_runner = _graph_runner(monkeypatch, runner, max_tokens=128)  # 4 SigLIP texts: 4 x 32 tokens
+    reqs = [
+        TokenizedEmbeddingReqInput(rid=str(i), worker_id=0, input_ids=ids.astype(np.int32))
+        for i, ids in enumerate(_ids([3, 7, 2, 5], seed=1, vocab=runner.model_config.vocab_size))
+    ]
+    runner.graph_runner = None
+    eager = runner.run_requests(reqs)
+    runner.graph_runner = graph_runner
+    replayed = runner.run_requests(reqs)
+    assert _replays(graph_runner) == 1
+    assert np.abs(replayed - eager).max() <= 1e-5

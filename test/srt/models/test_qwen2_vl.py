@@ -7,19 +7,17 @@ positions: managers/multimodal/) into ModelRunner.run_requests; the reference bu
 
 from __future__ import annotations
 
-import asyncio
 import os
 
 import numpy as np
 import pytest
 
 from sglang.srt.managers.io_struct import MultimodalItem, TokenizedEmbeddingReqInput
-from sglang.srt.managers.multimodal.preparer import MultimodalPreparer, attach
 from sglang.srt.model_executor.multimodal_batch import has_images
 from sglang.srt.server_args import ServerArgs
 from test.helpers.gme_reference import hf_gme_embedding, load_hf_gme
 from test.helpers.images import gradient_image
-from test.helpers.parity import make_runner, relative_error_rows
+from test.helpers.parity import make_runner, prepare_requests, relative_error_rows
 
 
 @pytest.fixture(scope="module")
@@ -45,18 +43,10 @@ def images(tmp_path_factory) -> dict[str, str]:
 
 def ours(gme_dir, runner, items: list[MultimodalItem], image_dir: str) -> tuple[np.ndarray, list]:
     """Our request path: MultimodalPreparer -> TokenizedEmbeddingReqInput -> run_requests."""
-    from transformers import AutoTokenizer
-
     args = ServerArgs(
         model_path=gme_dir, is_embedding=True, chat_template="gme-qwen2-vl", allowed_local_media_path=image_dir
     )
-    prep = MultimodalPreparer(args, runner.model_info(), AutoTokenizer.from_pretrained(gme_dir))
-    try:
-        prepared = asyncio.run(prep.prepare(items))
-    finally:
-        prep.close()
-    reqs = [TokenizedEmbeddingReqInput(rid=str(i), worker_id=0, input_ids=p.input_ids) for i, p in enumerate(prepared)]
-    attach(reqs, prepared)
+    reqs = prepare_requests(args, runner, items)
     return runner.run_requests(reqs), reqs
 
 

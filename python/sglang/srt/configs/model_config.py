@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import torch
 
 from sglang.srt.configs.chat_template import load_chat_template
+from sglang.srt.configs.llm_reranker import is_rerank_prompt_name, resolve_llm_reranker
 from sglang.srt.configs.model_info import OutputKind
 from sglang.srt.configs.nomic_bert_config import (
     NOMIC_MODEL_TYPE,
@@ -94,6 +95,7 @@ class ModelConfig:
     # and the prefix requests naming none get (--default-prompt(-name) or the checkpoint's default).
     prompts: tuple[tuple[str, str], ...] = ()
     default_prompt: Optional[str] = None
+    projection_dim: Optional[int] = None  # CLIP / SigLIP: the shared text-image space's width
 
     @property
     def embedding_dim(self) -> int:
@@ -103,6 +105,8 @@ class ModelConfig:
             return self.vocab_size  # the sparse vectors' index space
         if self.output.embeddings_output is OutputKind.MULTI_VECTOR:
             return self.output.colbert.dim or self.hidden_size  # the runner reports the head's real width
+        if self.projection_dim is not None:
+            return self.projection_dim
         dense = self.st_info.dense_layers
         return dense[-1].out_features if dense else self.hidden_size
 
@@ -112,10 +116,18 @@ class ModelConfig:
 
         hf_config = load_hf_config(model_dir, args.trust_remote_code, args.model_override_args)
         architectures = list(getattr(hf_config, "architectures", None) or [])
+        architectures = architectures or ModelRegistry.architectures_for_model_type(
+            getattr(hf_config, "model_type", None)
+        )
         if not architectures:
             raise ConfigError(f"config.json in {model_dir} names no architecture")
         architecture = ModelRegistry.resolve(architectures)
         spec = ModelRegistry.spec(architecture)
+        reranker = resolve_llm_reranker(
+            architecture, spec.module == "decoder", hf_config, (args.model_path, model_dir), args.chat_template
+        )
+        if reranker is not None and reranker.token_scores is not None:
+            spec = replace(spec, classifier="token_logits")  # LM-head rows, not the registry's head
         st_info = read_sentence_transformers_info(model_dir)
         # Vision-language configs (Qwen2-VL) keep the decoder's sizes in a nested text config.
         text_config = hf_config.get_text_config() if hasattr(hf_config, "get_text_config") else hf_config
@@ -123,9 +135,9 @@ class ModelConfig:
         is_encoder = spec.is_bidirectional(text_config)
         if not (is_encoder or spec.is_classifier or args.is_embedding or st_info.declares_pooling):
             raise ConfigError(NOT_EMBEDDING_MESSAGE)
-        output = resolve_output(args.sparse_head, model_dir, text_config, spec, architecture, st_info)
+        output = resolve_output(args.sparse_head, model_dir, text_config, spec, architecture, st_info, reranker)
 
-        pooling = st_info.pooling or spec.default_pooling_for(text_config)
+        pooling = "model" if spec.image_text else st_info.pooling or spec.default_pooling_for(text_config)
         # Without sentence-transformers files we follow the model family's convention; with them,
         # exactly what sentence-transformers would do, so vectors match its `encode`. Logits never.
         normalize = st_info.normalize if st_info.declares_pooling else output.embeddings_output is not OutputKind.LOGITS
@@ -143,6 +155,7 @@ class ModelConfig:
             st_info=st_info,
             is_encoder=is_encoder,
             output=output,
+            projection_dim=image_text_dim(hf_config) if spec.image_text else None,
         )
         config.prompts = known_prompts(st_info.prompts)
         config.default_prompt = default_prompt(
@@ -150,6 +163,19 @@ class ModelConfig:
         )
         config.is_matryoshka, config.matryoshka_dimensions = matryoshka_settings(hf_config, config.embedding_dim)
         return config
+
+
+def image_text_dim(hf_config) -> int:
+    """Width of a CLIP / SigLIP model's shared space: CLIP's projection_dim; SigLIP's text head
+    (projection_size) and pooled image width, which must agree."""
+    if hasattr(hf_config, "projection_dim"):
+        return int(hf_config.projection_dim)
+    text = hf_config.text_config
+    text_dim = int(getattr(text, "projection_size", None) or text.hidden_size)
+    image_dim = int(hf_config.vision_config.hidden_size)
+    if text_dim != image_dim:
+        raise ConfigError(f"The text tower embeds into {text_dim} dimensions but the image tower into {image_dim}")
+    return text_dim
 
 
 def check_model(args: ServerArgs) -> ModelConfig:
@@ -161,7 +187,7 @@ def check_model(args: ServerArgs) -> ModelConfig:
     """
     from sglang.srt.utils.hub import resolve_model_path
 
-    if args.chat_template is not None:
+    if args.chat_template is not None and not is_rerank_prompt_name(args.chat_template):
         load_chat_template(args.chat_template)  # an unknown name or a bad file
     model_dir = resolve_model_path(args.model_path, args.revision, args.download_dir)
     return ModelConfig.from_server_args(args, model_dir, device="cpu")

@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Any, Optional
 
 from sglang.srt.configs.colbert_config import ColbertConfig
+from sglang.srt.configs.llm_reranker import RerankPrompt
 
 
 class OutputKind(str, Enum):
@@ -25,13 +26,23 @@ class OutputKind(str, Enum):
     MULTI_VECTOR = "multi_vector"  # one vector per token (ColBERT checkpoints)
 
 
+VISION_QWEN2_VL = "qwen2_vl"  # image patches become tokens of the language model (GME)
+VISION_IMAGE_TEXT = "image_text"  # a separate image tower: each item is a text or an image (CLIP, SigLIP)
+
+
 @dataclass(frozen=True)
 class VisionInfo:
-    """What the tokenizer side needs to turn images into tokens (Qwen2-VL / GME)."""
+    """What the tokenizer side needs to turn images into model inputs."""
 
     model_dir: str  # where the image processor's preprocessor_config.json lives
-    image_token_id: int
-    spatial_merge_size: int
+    image_token_id: Optional[int] = None  # Qwen2-VL
+    spatial_merge_size: Optional[int] = None  # Qwen2-VL
+    kind: str = VISION_QWEN2_VL
+    # Image towers (VISION_IMAGE_TEXT): patch size in pixels, and whether a class token leads the
+    # patches (CLIP); an image counts 1 + patches (or patches) tokens.
+    patch_size: Optional[int] = None
+    class_token: bool = False
+    image_tokens: Optional[int] = None  # every image's sequence length, where fixed (not SigLIP 2)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,6 +98,9 @@ class ModelInfo:
     # Data parallelism: `device` and `cpu_threads` above are replica 0's; every replica's are here.
     dp_size: int = 1
     replicas: tuple[ReplicaInfo, ...] = ()
+    memory: Optional[dict[str, Any]] = None  # the scheduler's allocator set-up (utils/allocator.py)
+    # LLM rerankers (Qwen3-Reranker): the prompt /v1/rerank wraps each pair in (None: pairs as given).
+    rerank_prompt: Optional[RerankPrompt] = None
 
     @property
     def is_classifier(self) -> bool:
@@ -99,6 +113,7 @@ class ModelInfo:
         out["labels"] = _list(self.labels)
         out["vision"] = dataclasses.asdict(self.vision) if self.vision is not None else None
         out["embeddings_output"] = self.embeddings_output.value
+        out["rerank_prompt"] = self.rerank_prompt.name if self.rerank_prompt is not None else None
         if self.colbert is not None:
             colbert = dataclasses.asdict(self.colbert)
             out["colbert"] = {k: list(v) if isinstance(v, tuple) else v for k, v in colbert.items()}

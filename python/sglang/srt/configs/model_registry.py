@@ -35,6 +35,9 @@ class ModelSpec:
     fixed_padding_idx: Optional[int] = None
     # Attention adds a relative-position score bias (MPNet): only backends that support one serve it.
     position_bias: bool = False
+    # A text tower and an image tower embedding into one space (CLIP, SigLIP): each item is a text
+    # or an image, the model pools itself (pooling "model"), model_executor/image_text_batch.py.
+    image_text: bool = False
 
     @property
     def is_classifier(self) -> bool:
@@ -116,6 +119,19 @@ _QWEN2_VL = ModelSpec(
     image_inputs=True,
 )
 
+# CLIP / SigLIP / SigLIP 2 (models/clip.py, models/siglip.py): text or image items, one space.
+_CLIP = ModelSpec(
+    "clip",
+    "CLIPModel",
+    is_encoder=True,
+    default_pooling="model",
+    absolute_positions=True,
+    image_inputs=True,
+    image_text=True,
+)
+_SIGLIP = replace(_CLIP, module="siglip", class_name="SiglipModel")
+_SIGLIP2 = replace(_CLIP, module="siglip", class_name="Siglip2Model")
+
 _MODELS: dict[str, ModelSpec] = {
     "BertModel": _BERT,
     "BertForMaskedLM": _BERT,
@@ -147,6 +163,9 @@ _MODELS: dict[str, ModelSpec] = {
     "MistralForCausalLM": _MISTRAL,
     "MistralModel": _MISTRAL,
     "Qwen2VLForConditionalGeneration": _QWEN2_VL,
+    "CLIPModel": _CLIP,
+    "SiglipModel": _SIGLIP,
+    "Siglip2Model": _SIGLIP2,
     # Decoder rewards / classifiers: the score head reads the last token that is not padding.
     "Qwen3ForSequenceClassification": replace(_QWEN3, classifier="score"),
     "Qwen2ForSequenceClassification": replace(_QWEN2, classifier="score"),
@@ -155,7 +174,18 @@ _MODELS: dict[str, ModelSpec] = {
 }
 
 
+# Checkpoints whose config.json names no `architectures` (some SigLIP 2 uploads): the model_type
+# says which model it is.
+_BY_MODEL_TYPE = {"clip": "CLIPModel", "siglip": "SiglipModel", "siglip2": "Siglip2Model"}
+
+
 class ModelRegistry:
+    @staticmethod
+    def architectures_for_model_type(model_type: Optional[str]) -> list[str]:
+        """The architecture a config without `architectures` implies by its model_type ([]: none)."""
+        arch = _BY_MODEL_TYPE.get(model_type or "")
+        return [arch] if arch else []
+
     @staticmethod
     def register(architecture: str, spec: ModelSpec) -> None:
         _MODELS[architecture] = spec

@@ -7,7 +7,9 @@ Decided once at start-up (ModelConfig.from_server_args), before any process is s
   SGLang does with its sparse-head setting;
 - without the flag, a sentence-transformers `SpladePooling` module makes a SPLADE model (sparse
   only), and a `sparse_linear.pt` beside the weights (bge-m3) adds a sparse head that
-  `/embed_sparse` serves while `/v1/embeddings` stays dense.
+  `/embed_sparse` serves while `/v1/embeddings` stays dense;
+- an LLM reranker (Qwen3-Reranker, configs/llm_reranker.py) answers with logits too: a head of a
+  few LM-head rows, and a prompt that the tokenizer side wraps every (query, document) pair in.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from sglang.srt.configs.colbert_config import ColbertConfig, read_colbert_config
+from sglang.srt.configs.llm_reranker import LlmReranker, RerankPrompt, TokenScoreConfig
 from sglang.srt.configs.model_info import OutputKind
 from sglang.srt.configs.sentence_transformers import SentenceTransformersInfo, SpladePoolingSpec
 from sglang.srt.errors import ConfigError
@@ -43,6 +46,8 @@ class OutputConfig:
     # the second segment (BERT), unlike RoBERTa / XLM-R (one row) and decoders (none).
     pair_token_types: bool = False
     colbert: Optional[ColbertConfig] = None  # a multi-vector head (configs/colbert_config.py)
+    token_scores: Optional[TokenScoreConfig] = None  # classifier "token_logits": LM-head rows (LLM rerankers)
+    rerank_prompt: Optional[RerankPrompt] = None  # what each (query, document) pair is wrapped in
 
     @property
     def has_dense(self) -> bool:
@@ -57,6 +62,7 @@ class OutputConfig:
             "problem_type": self.problem_type,
             "pair_token_types": self.pair_token_types,
             "colbert": self.colbert,
+            "rerank_prompt": self.rerank_prompt,
         }
 
 
@@ -88,12 +94,22 @@ def _splade(spec, architecture: str, st_info: SentenceTransformersInfo) -> Spars
 
 
 def resolve_output(
-    sparse_head: Optional[str], model_dir: str, text_config, spec, architecture: str, st_info: SentenceTransformersInfo
+    sparse_head: Optional[str],
+    model_dir: str,
+    text_config,
+    spec,
+    architecture: str,
+    st_info: SentenceTransformersInfo,
+    reranker: Optional[LlmReranker] = None,
 ) -> OutputConfig:
+    if reranker is not None and reranker.token_scores is not None:
+        return _token_scores_output(sparse_head, architecture, reranker)
     colbert = None if spec.is_classifier else read_colbert_config(model_dir, [architecture], st_info)
     if colbert is not None and colbert.replaces_dense and not sparse_head:
         return OutputConfig(OutputKind.MULTI_VECTOR, colbert=colbert)
     out = _resolve_single_vector(sparse_head, model_dir, text_config, spec, architecture, st_info)
+    if reranker is not None:  # a converted LLM reranker: its own score head, plus the prompt
+        return replace(out, rerank_prompt=reranker.prompt)
     if colbert is not None and out.embeddings_output is OutputKind.DENSE:
         out = replace(out, colbert=colbert)  # bge-m3: dense answers, multi-vector on request
     return out
@@ -127,3 +143,15 @@ def _resolve_single_vector(
     if os.path.isfile(bundled):
         return OutputConfig(OutputKind.DENSE, sparse=SparseHeadConfig("linear", bundled))
     return OutputConfig(OutputKind.DENSE)
+
+
+def _token_scores_output(sparse_head: Optional[str], architecture: str, reranker: LlmReranker) -> OutputConfig:
+    if sparse_head:
+        raise ConfigError(f"--sparse-head does not apply to {architecture}, served as an LLM reranker")
+    return OutputConfig(
+        OutputKind.LOGITS,
+        classifier="token_logits",
+        labels=reranker.token_scores.labels,
+        token_scores=reranker.token_scores,
+        rerank_prompt=reranker.prompt,
+    )

@@ -21,6 +21,7 @@ from sglang.srt.managers.detokenizer_manager import run_detokenizer_process
 from sglang.srt.managers.scheduler_process import replica_name, run_scheduler_process
 from sglang.srt.model_executor.placement import plan_slots
 from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.allocator import child_environment, plan_allocator
 from sglang.srt.utils.network import PortArgs
 from sglang.srt.utils.process import ENGINE_DEAD_SIGNAL, mark_stopping, terminate_processes
 
@@ -45,12 +46,14 @@ class EngineProcesses:
         """Spawn the scheduler replica(s) and the detokenizer, block until all report READY, and
         return the model info (with every replica's placement)."""
         ctx = mp.get_context("spawn")
+        # The scheduler's allocator is preloaded through its environment (utils/allocator.py).
+        plan = plan_allocator(self.server_args.cpu_allocator)
         slots = plan_slots(self.server_args.dp_size)
-        targets = [(f"sglang-{replica_name(slot)}", run_scheduler_process, (slot,)) for slot in slots]
-        targets.append(("sglang-detokenizer", run_detokenizer_process, ()))
+        targets = [(f"sglang-{replica_name(slot)}", run_scheduler_process, (slot, plan), plan.env) for slot in slots]
+        targets.append(("sglang-detokenizer", run_detokenizer_process, (), {}))
         readers = {}
         try:
-            for name, target, extra in targets:
+            for name, target, extra, env in targets:
                 reader, writer = ctx.Pipe(duplex=False)
                 proc = ctx.Process(
                     target=target,
@@ -58,7 +61,8 @@ class EngineProcesses:
                     args=(self.server_args, self.port_args, writer, os.getpid(), *extra),
                     daemon=True,
                 )
-                proc.start()
+                with child_environment(env):
+                    proc.start()
                 writer.close()
                 self.procs.append(proc)
                 readers[name] = (reader, proc)

@@ -53,6 +53,7 @@ class EmbeddingReqInput:
     encoding_format: str = FORMAT_FLOAT
     items: Optional[list[MultimodalItem]] = None  # instead of text / input_ids (managers/multimodal/)
     text_pairs: Optional[list[tuple[str, str]]] = None  # (query, document) pairs for cross-encoders
+    instruction: Optional[str] = None  # an LLM reranker's task instruction for text_pairs (None: its default)
     # Per-token output (layers/token_outputs.py: "hidden", "query", "document"); None: pooled.
     token_output: Optional[str] = None
     # Per-request tokenization (managers/tokenization.py): over-long inputs are cut when `truncate`

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import traceback
-from typing import Optional
+from typing import Callable, Optional
 
 import zmq
 
@@ -13,6 +14,7 @@ from sglang.srt.managers.io_struct import AbortReq, BatchTokenizedEmbeddingReqIn
 from sglang.srt.managers.scheduler import Scheduler
 from sglang.srt.model_executor.placement import ReplicaSlot
 from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.allocator import AllocatorPlan, SchedulerMemory
 from sglang.srt.utils.logging_utils import configure_logging
 from sglang.srt.utils.msgcodec import decode, send
 from sglang.srt.utils.network import PortArgs, make_socket
@@ -23,7 +25,12 @@ logger = logging.getLogger(__name__)
 
 
 def run_scheduler_process(
-    server_args: ServerArgs, port_args: PortArgs, ready_pipe, parent_pid: int, slot: Optional[ReplicaSlot] = None
+    server_args: ServerArgs,
+    port_args: PortArgs,
+    ready_pipe,
+    parent_pid: int,
+    slot: Optional[ReplicaSlot] = None,
+    allocator_plan: Optional[AllocatorPlan] = None,
 ) -> None:
     """One scheduler replica (`slot`: its dp_rank and, on CPU, its cores; None: the only one)."""
     slot = slot or ReplicaSlot()
@@ -32,6 +39,8 @@ def run_scheduler_process(
     if slot.dp_size > 1:  # ps/top keep 15 bytes: sglang-sched-1 rather than sglang-schedule for all
         set_process_name(f"sglang-sched-{slot.dp_rank}")
     configure_logging(server_args.log_level, replica_name(slot), server_args.log_format)
+    memory = SchedulerMemory(allocator_plan or AllocatorPlan(server_args.cpu_allocator, "off"))
+    memory.log()
     try:
         from sglang.srt.model_executor.model_runner import ModelRunner
 
@@ -49,9 +58,10 @@ def run_scheduler_process(
         logger.error("scheduler failed to start:\n%s", traceback.format_exc())
         ready_pipe.send({"status": "error", "message": f"{type(e).__name__}: {e}"})
         raise SystemExit(1)
-    ready_pipe.send({"status": "ready", "model_info": runner.model_info()})
+    model_info = dataclasses.replace(runner.model_info(), memory=memory.info())
+    ready_pipe.send({"status": "ready", "model_info": model_info})
     ready_pipe.close()
-    SchedulerLoop(scheduler, recv, send).run_forever()
+    SchedulerLoop(scheduler, recv, send, memory.after_batch).run_forever()
 
 
 def replica_name(slot: ReplicaSlot) -> str:
@@ -60,10 +70,17 @@ def replica_name(slot: ReplicaSlot) -> str:
 
 
 class SchedulerLoop:
-    def __init__(self, scheduler: Scheduler, recv: zmq.Socket, send: zmq.Socket) -> None:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        recv: zmq.Socket,
+        send: zmq.Socket,
+        after_batch: Callable[[int], None] = lambda num_tokens: None,
+    ) -> None:
         self.scheduler = scheduler
         self.recv = recv
         self.send = send
+        self.after_batch = after_batch  # the allocator's clean-up, given the batch's token count
         self.poller = zmq.Poller()
         self.poller.register(recv, zmq.POLLIN)
 
@@ -96,3 +113,5 @@ class SchedulerLoop:
             out, wait = self.scheduler.step()
             if out is not None:
                 send(self.send, out)
+                if out.batch_tokens:
+                    self.after_batch(out.batch_tokens)

@@ -10,6 +10,7 @@ import numpy as np
 from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import EmbeddingReqInput
+from sglang.srt.managers.rerank_prompt_tokens import PromptedPairs, check_instruction
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.hf_tokenizer import load_tokenizer
 
@@ -31,6 +32,8 @@ class InputTokenizer:
         self.truncate = server_args.allow_auto_truncate
         self.max_num_tokens = server_args.max_num_tokens
         self.pair_token_types = model_info.pair_token_types
+        self.rerank_prompt = model_info.rerank_prompt  # LLM rerankers: pairs go in their prompt
+        self.prompted = PromptedPairs(self.tokenizer, self.rerank_prompt) if self.rerank_prompt else None
 
     def tokenize(self, req: EmbeddingReqInput) -> list[TokenizedItem]:
         if req.batch_size == 0:
@@ -169,9 +172,11 @@ class InputTokenizer:
         self, pairs: list[tuple[str, str]], req: Optional[EmbeddingReqInput] = None
     ) -> list[TokenizedItem]:
         """(query, document) pairs for cross-encoders, joined as the model's tokenizer joins pairs
-        ([CLS] q [SEP] d [SEP] with token types 0/1 for BERT; <s> q </s></s> d </s> for XLM-R).
-        When the request truncates (--allow-auto-truncate, or its own `truncate`) an over-long pair
-        loses the end of its document (the start, with truncation_side left)."""
+        ([CLS] q [SEP] d [SEP] with token types 0/1 for BERT; <s> q </s></s> d </s> for XLM-R),
+        or in an LLM reranker's prompt (managers/rerank_prompt_tokens.py) with the request's
+        `instruction`. When the request truncates (--allow-auto-truncate, or its own `truncate`) an
+        over-long pair loses the end of its document (the start, with truncation_side left; an LLM
+        reranker's pair always loses the end, so that the prompt's suffix stays last)."""
         for i, pair in enumerate(pairs):
             for part, name, param in zip(pair, ("query", "document"), ("query", "documents")):
                 where = f" at index {i}" if name == "document" and len(pairs) > 1 else ""
@@ -188,6 +193,16 @@ class InputTokenizer:
         queries, docs = [p[0] for p in pairs], [p[1] for p in pairs]
         if self.do_lower_case:
             queries, docs = [q.lower() for q in queries], [d.lower() for d in docs]
+        instruction = req.instruction if req is not None else None
+        formatted = self.prompted is None or self.prompted.is_formatted(queries)
+        check_instruction(self.rerank_prompt, instruction, formatted and self.prompted is not None)
+        if not formatted:
+            limit = self._max_length(req)
+            ids = self.prompted.encode(queries, docs, instruction, limit, self._truncates(req))
+            return [
+                (np.asarray(self._limit(x, req, i if len(pairs) > 1 else 0), dtype=np.int32), None)
+                for i, x in enumerate(ids)
+            ]
         kwargs = dict(add_special_tokens=True, return_attention_mask=False, return_token_type_ids=self.pair_token_types)
         truncate = self._truncates(req)
         tokenizer = self._tokenizer_for(req)

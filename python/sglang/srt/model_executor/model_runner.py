@@ -10,12 +10,14 @@ import torch
 
 from sglang.srt.configs.model_config import ModelConfig
 from sglang.srt.configs.model_info import ModelInfo, ReplicaInfo
+from sglang.srt.configs.model_registry import ModelRegistry
 from sglang.srt.layers.attention.layer import AttentionLayer
 from sglang.srt.layers.attention.registry import create_attention_backend
 from sglang.srt.layers.linear import prepack_cpu_linears, quantize_cpu_linears
 from sglang.srt.layers.quantization import CALIBRATION_TEXTS, check_quantization, describe, observe_linear_inputs
 from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_executor.forward_io import ForwardInput, ForwardOutput
+from sglang.srt.model_executor.image_text_batch import ImageTextRunner
 from sglang.srt.model_executor.multimodal_batch import build_multimodal_batch, has_images, vision_info
 from sglang.srt.model_executor.output_head import OutputHead, normalize_rows
 from sglang.srt.model_executor.placement import ReplicaSlot, place_replica
@@ -75,6 +77,9 @@ class ModelRunner:
         if self.device.type == "cpu":
             prepack_cpu_linears(self.model)
         self.output_head = OutputHead.build(self.model_config, self.model, self.device, server_args)
+        self.image_text = (
+            ImageTextRunner(self) if ModelRegistry.spec(self.model_config.architecture).image_text else None
+        )
         if self.device.type == "cpu" and self.model_config.dtype == torch.bfloat16 and cpu_bf16_units() is None:
             logger.warning(SLOW_BF16_WARNING)
         self.graph_runner = self._capture_cuda_graphs()
@@ -218,6 +223,8 @@ class ModelRunner:
     def run_requests(self, reqs: Sequence[ForwardInput]) -> Union[np.ndarray, ForwardOutput]:
         """What the scheduler calls per batch: requests in, float32 [B, dim] out (a ForwardOutput
         with the sparse rows too when some input asked for a sparse format)."""
+        if self.image_text is not None:  # CLIP / SigLIP: each input is a text or an image
+            return self.image_text.run(reqs)
         if has_images(reqs):  # one vision forward for all images, one LM forward for all tokens
             return self.run_multimodal(reqs)
         token_rows = [getattr(r, "token_output", None) for r in reqs]

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from sglang.srt.configs.model_info import VisionInfo
+from sglang.srt.configs.model_info import VISION_IMAGE_TEXT, VisionInfo
 from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_executor.forward_io import ForwardInput
 
@@ -59,9 +59,21 @@ def vision_info(model_config) -> Optional[VisionInfo]:
     ModelRunner.model_info() carries it to the HTTP processes."""
     from sglang.srt.configs.model_registry import ModelRegistry
 
-    if not ModelRegistry.spec(model_config.architecture).image_inputs:
+    spec = ModelRegistry.spec(model_config.architecture)
+    if not spec.image_inputs:
         return None
     cfg = model_config.hf_config
+    if spec.image_text:  # CLIP / SigLIP: the image tower's patches (models/clip.py, models/siglip.py)
+        vision = cfg.vision_config
+        class_token = model_config.architecture == "CLIPModel"
+        size = getattr(vision, "image_size", None)  # SigLIP 2 (NaFlex) has none: sizes vary
+        return VisionInfo(
+            model_dir=model_config.model_path,
+            kind=VISION_IMAGE_TEXT,
+            patch_size=int(vision.patch_size),
+            class_token=class_token,
+            image_tokens=(int(size) // int(vision.patch_size)) ** 2 + class_token if size else None,
+        )
     return VisionInfo(
         model_dir=model_config.model_path,
         image_token_id=int(cfg.image_token_id),

@@ -3,7 +3,8 @@
 Chosen once at start-up from ModelConfig.output:
 - dense: pooling, then the sentence-transformers Dense modules, then L2 normalization where the
   checkpoint says so (PooledEmbeddingHead);
-- logits: a classification head (layers/classifier_heads.py);
+- logits: a classification head (layers/classifier_heads.py), or an LLM reranker's few LM-head
+  rows (layers/token_score_head.py);
 - sparse: bge-m3's token-weight head or SPLADE (layers/sparse_heads.py), run only when some input
   of the batch asked for a sparse format; a model may have a dense head and a sparse one (bge-m3);
 - per-token rows (layers/token_outputs.py): hidden states (/embed_all) or a multi-vector ColBERT
@@ -26,6 +27,7 @@ from sglang.srt.layers.pooler import Pooler
 from sglang.srt.layers.sparse_heads import SpladeHead, TokenWeightHead
 from sglang.srt.layers.st_dense import STDenseStack
 from sglang.srt.layers.token_outputs import MultiVectorHead, TokenOutputs
+from sglang.srt.layers.token_score_head import build_token_score_head, token_ids
 from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_executor.forward_io import ForwardOutput
 from sglang.srt.server_args import ServerArgs
@@ -49,10 +51,14 @@ class PooledEmbeddingHead(nn.Module):
         x = self.pooler(hidden, fb)
         if self.dense is not None:
             x = self.dense(x)
-        rows = fb.normalize_rows
-        if rows is None:
-            return F.normalize(x, p=2, dim=-1) if self.normalize else x
-        return torch.where(rows.to(x.device).unsqueeze(1), F.normalize(x, p=2, dim=-1), x)
+        return normalize_as(x, fb.normalize_rows, self.normalize)
+
+
+def normalize_as(x: torch.Tensor, rows: Optional[torch.Tensor], default: bool) -> torch.Tensor:
+    """L2-normalize the rows `rows` says ([B] bool), or all of them when `default` and rows is None."""
+    if rows is None:
+        return F.normalize(x, p=2, dim=-1) if default else x
+    return torch.where(rows.to(x.device).unsqueeze(1), F.normalize(x, p=2, dim=-1), x)
 
 
 def normalize_rows(reqs: Sequence, default: bool) -> Optional[torch.Tensor]:
@@ -61,6 +67,19 @@ def normalize_rows(reqs: Sequence, default: bool) -> Optional[torch.Tensor]:
     if all(f == default for f in flags):
         return None
     return torch.tensor(flags, dtype=torch.bool)
+
+
+class ModelPooledHead(nn.Module):
+    """Models that pool themselves (CLIP / SigLIP text towers, pooling "model"): their
+    `pool_text(hidden, fb)`, then L2 normalization (per row as requests ask), in float32."""
+
+    def __init__(self, pool_text, normalize: bool) -> None:
+        super().__init__()
+        self.pool_text = pool_text  # a bound method of the model (not registered as a submodule)
+        self.normalize = normalize
+
+    def forward(self, hidden: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
+        return normalize_as(self.pool_text(hidden, fb).float(), fb.normalize_rows, self.normalize)
 
 
 def special_token_ids(server_args: ServerArgs) -> list[int]:
@@ -98,6 +117,14 @@ def _build_tokens(mc: ModelConfig, device: torch.device, server_args: ServerArgs
     return TokenOutputs(head, skip)
 
 
+def _build_token_scores(mc: ModelConfig, device: torch.device, server_args: ServerArgs) -> nn.Module:
+    from sglang.srt.utils.hf_tokenizer import load_tokenizer
+
+    cfg = mc.output.token_scores
+    tokenizer = load_tokenizer(server_args.tokenizer_path, server_args.trust_remote_code)
+    return build_token_score_head(mc.model_path, mc.hf_config, token_ids(tokenizer, cfg.tokens), cfg.two_way, device)
+
+
 class OutputHead:
     def __init__(self, dense: Optional[nn.Module], sparse: Optional[nn.Module], tokens: Optional[TokenOutputs] = None):
         self.dense_head = dense
@@ -110,7 +137,9 @@ class OutputHead:
     ) -> "OutputHead":
         out = model_config.output
         dense: Optional[nn.Module] = None
-        if out.classifier is not None:
+        if out.token_scores is not None:
+            dense = _build_token_scores(model_config, device, server_args)
+        elif out.classifier is not None:
             text_config = (
                 model_config.hf_config.get_text_config()
                 if hasattr(model_config.hf_config, "get_text_config")
@@ -119,6 +148,8 @@ class OutputHead:
             dense = build_classifier(
                 out.classifier, text_config, len(out.labels), model_config.model_path, device, model_config.dtype
             )
+        elif model_config.pooling == "model":
+            dense = ModelPooledHead(model.pool_text, model_config.normalize)
         elif out.has_dense:
             dense = PooledEmbeddingHead(model_config).to(device)
         sparse = _build_sparse(model_config, model, device, server_args) if out.sparse is not None else None

@@ -142,3 +142,25 @@ def fill_parameters(module: nn.Module, state: dict[str, torch.Tensor], what: str
                     f"{what}: tensor {name} has shape {tuple(tensor.shape)}, expected {tuple(param.shape)}"
                 )
             param.copy_(tensor.to(param.dtype))
+
+
+def read_rows(model_dir: str, names: tuple[str, ...], rows: list[int]) -> Optional[torch.Tensor]:
+    """Rows `rows` of the first checkpoint tensor found under one of `names` ([len(rows), ...]),
+    or None when there is none: a few rows of an LM head without reading the whole matrix
+    (safetensors slices; a .bin checkpoint is loaded whole, as torch.load must)."""
+    files, kind = _weight_files(model_dir)
+    for wanted in names:
+        for path in files:
+            if kind == "safetensors":
+                from safetensors import safe_open
+
+                with safe_open(path, framework="pt") as f:
+                    if wanted in f.keys():
+                        part = f.get_slice(wanted)
+                        return torch.cat([part[i : i + 1] for i in rows])
+            else:
+                state = torch.load(path, map_location="cpu", weights_only=True)
+                if wanted in state:
+                    return state[wanted][list(rows)].clone()
+                del state
+    return None

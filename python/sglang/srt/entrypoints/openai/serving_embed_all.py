@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from sglang.srt.configs.model_info import VISION_IMAGE_TEXT
 from sglang.srt.entrypoints.embed_options import set_prompt, set_truncation_tei
 from sglang.srt.entrypoints.inputs import normalize_input
 from sglang.srt.entrypoints.openai.serving_base import OpenAIServingBase
@@ -29,6 +30,13 @@ class ServingEmbedAll(OpenAIServingBase[EmbedAllRequest]):
             raise EmbeddingError(
                 ErrorKind.INVALID_REQUEST,
                 f"Model '{self.served_model_name}' is a classifier; /embed_all serves embedding models.",
+                param="model",
+            )
+        if self.tm.model_info.vision is not None and self.tm.model_info.vision.kind == VISION_IMAGE_TEXT:
+            raise EmbeddingError(
+                ErrorKind.INVALID_REQUEST,
+                f"Model '{self.served_model_name}' is a text-image model (CLIP / SigLIP) with one vector per "
+                "input; /embed_all serves text encoders.",
                 param="model",
             )
 

@@ -43,6 +43,12 @@ class ServingMaxSimRerank(OpenAIServingBase[RerankRequest]):
 
     def validate(self, request: RerankRequest) -> None:
         super().validate(request)
+        if request.instruction is not None:
+            raise EmbeddingError(
+                ErrorKind.INVALID_REQUEST,
+                "instruction applies only to LLM rerankers with a prompt (Qwen3-Reranker), not to MaxSim.",
+                param="instruction",
+            )
         if not request.documents:
             raise EmbeddingError(ErrorKind.INVALID_REQUEST, "documents cannot be empty.", param="documents")
         if request.top_n is not None and request.top_n < 1:

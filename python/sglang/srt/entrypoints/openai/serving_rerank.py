@@ -5,7 +5,10 @@ and runs as one input; its single logit becomes `relevance_score = sigmoid(logit
 sentence-transformers' CrossEncoder and TEI's /rerank report for one-label models. The response
 follows Cohere / Jina: `results` sorted by score (ties keep request order), each with the
 document's `index` and, unless `return_documents` is false, its text. Multi-vector (ColBERT)
-models rank by MaxSim instead (serving_maxsim.py).
+models rank by MaxSim instead (serving_maxsim.py). LLM rerankers (Qwen3-Reranker) are one-logit
+cross-encoders here: the tokenizer side wraps each pair in their prompt (with the request's
+`instruction`), and their logit is logit("yes") - logit("no"), so the sigmoid is the model card's
+softmax over the two.
 """
 
 from __future__ import annotations
@@ -77,7 +80,7 @@ class OpenAIServingRerank(OpenAIServingBase[RerankRequest]):
 
     def convert(self, request: RerankRequest) -> EmbeddingReqInput:
         pairs = [(request.query, doc) for doc in request.documents]
-        return EmbeddingReqInput(text_pairs=pairs, encoding_format=FORMAT_RAW)
+        return EmbeddingReqInput(text_pairs=pairs, encoding_format=FORMAT_RAW, instruction=request.instruction)
 
     def render(self, request: RerankRequest, result: EmbeddingResult, rid: Optional[str]) -> bytes:
         logits = np.array([payload_to_array(p)[0] for p in result.payloads], dtype=np.float64)

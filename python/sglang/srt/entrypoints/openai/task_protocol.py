@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 TextOrIdsInput = Union[StrictStr, list[StrictStr], list[StrictInt], list[list[StrictInt]]]
 
@@ -57,6 +57,12 @@ class RerankRequest(BaseModel):
     model: Optional[str] = Field(None, description="Must name the served model when given.")
     top_n: Optional[StrictInt] = Field(None, description="Return only the best N (default: all).")
     return_documents: StrictBool = Field(True, description="Echo each document's text in its result.")
+    instruction: Optional[StrictStr] = Field(
+        None,
+        validation_alias=AliasChoices("instruction", "instruct"),
+        description="LLM rerankers (Qwen3-Reranker): the task instruction of the prompt (default: the "
+        "model card's). Also accepted as `instruct` (SGLang's name).",
+    )
 
 
 class RerankDocument(BaseModel):

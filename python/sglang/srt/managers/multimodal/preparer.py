@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from sglang.srt.configs.chat_template import PromptTemplate, load_chat_template
-from sglang.srt.configs.model_info import ModelInfo
+from sglang.srt.configs.model_info import VISION_IMAGE_TEXT, ModelInfo
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import MultimodalItem, TokenizedEmbeddingReqInput
 from sglang.srt.managers.multimodal.image_errors import (
@@ -42,6 +42,7 @@ from sglang.srt.managers.multimodal.processors import (
     mrope_positions,
     num_image_tokens,
 )
+from sglang.srt.managers.multimodal.tower_images import TowerImages
 from sglang.srt.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
@@ -70,7 +71,12 @@ class MultimodalPreparer:
         vision = model_info.vision
         self.images: Optional[Qwen2VLImages] = None
         self.loader: Optional[ImageLoader] = None
-        if vision is not None:
+        # CLIP / SigLIP: an item is a text or an image, the image going to the model's image tower.
+        self.towers: Optional[TowerImages] = None
+        if vision is not None and vision.kind == VISION_IMAGE_TEXT:
+            self.towers = TowerImages(vision.model_dir, vision.patch_size, vision.class_token, vision.image_tokens)
+            self.loader = ImageLoader(server_args, self.towers)
+        elif vision is not None:
             self.images = Qwen2VLImages(vision.model_dir, server_args.mm_min_pixels, server_args.mm_max_pixels)
             self.image_token_id = vision.image_token_id
             self.merge_size = vision.spatial_merge_size
@@ -124,6 +130,12 @@ class MultimodalPreparer:
                 item.text.encode("utf-8")
             except UnicodeEncodeError:  # JSON "\ud800" escapes decode to lone surrogates
                 raise item_error(index, "the text is not valid Unicode (it holds a lone surrogate).") from None
+        if self.towers is not None and item.image is not None:
+            if item.text:
+                raise item_error(
+                    index, "this model embeds a text or an image per item, not both; send them as two items."
+                )
+            return ""  # the image tower needs no prompt
         if item.image is not None:
             if self.images is None:
                 raise item_error(index, "this model does not take image inputs.")
@@ -146,7 +158,9 @@ class MultimodalPreparer:
         )
         return [np.asarray(x, dtype=np.int32) for x in enc["input_ids"]]
 
-    def _finish(self, index: int, ids: np.ndarray, image: Optional[tuple[np.ndarray, np.ndarray]]) -> PreparedItem:
+    def _finish(self, index: int, ids: np.ndarray, image: Optional[tuple]) -> PreparedItem:
+        if self.towers is not None:
+            return self._finish_tower_item(index, ids, image)
         placeholders = int(np.count_nonzero(ids == self.image_token_id)) if self.images is not None else 0
         if placeholders != (1 if image is not None else 0):
             if image is None:
@@ -179,6 +193,27 @@ class MultimodalPreparer:
                 f"token budget (--max-num-tokens {self.max_num_tokens}).",
             )
         return out
+
+    def _finish_tower_item(self, index: int, ids: np.ndarray, image: Optional[tuple]) -> PreparedItem:
+        """A text item keeps its tokens; an image item gets one placeholder id per token of its
+        image-tower sequence, so budgets and usage count the image's real length."""
+        if image is None:
+            if len(ids) > self.context_length:
+                raise item_error(
+                    index,
+                    f"the input ({len(ids)} tokens) is longer than the model's context length "
+                    f"({self.context_length} tokens).",
+                )
+            return PreparedItem(ids)
+        pixels, grid = image
+        tokens = self.towers.num_tokens(grid)
+        if tokens > self.max_num_tokens:
+            raise item_error(
+                index,
+                f"the image ({tokens} tokens) is longer than the server's per-batch token budget "
+                f"(--max-num-tokens {self.max_num_tokens}).",
+            )
+        return PreparedItem(np.zeros(tokens, dtype=np.int32), pixel_values=pixels, image_grid_thw=grid)
 
 
 def load_failed_error(failed: LoadFailed) -> EmbeddingError:

@@ -1,0 +1,199 @@
+"""Memory set-up of the scheduler process: which malloc it runs on, and how much oneDNN may cache.
+
+Why (docs/cpu.md, "Memory"): on CPU nearly every batch has a token count of its own, so it
+allocates activation buffers of new sizes, megabytes to hundreds of megabytes each. glibc's malloc
+serves them from its heap once its mmap threshold has adapted upward after the first large free,
+and keeps the pages they leave behind: under mixed-size traffic the scheduler grew from 350 MB to
+3 GB in seven minutes, almost all of it free memory that glibc never returned. Besides, oneDNN
+caches one matmul primitive per shape (about 0.6 MB each on AVX2, 1,024 of them by default: four
+per token count for a BERT-style model), which alone can hold 600 MB.
+
+So the launcher starts the scheduler on jemalloc (else tcmalloc) when the library is installed: it
+gives freed pages back to the system within seconds, even while idle. Without either library the
+scheduler stays on glibc and calls `malloc_trim` after every batch of some size. In both cases
+oneDNN's cache is capped. `--cpu-allocator off` leaves all of it alone (the behaviour before).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import sys
+import sysconfig
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping, Optional
+
+logger = logging.getLogger(__name__)
+
+ALLOCATOR_CHOICES = ("auto", "jemalloc", "tcmalloc", "glibc", "off")
+# allocator -> (shared objects tried in order, the Debian/Ubuntu package that ships one)
+PRELOADED_ALLOCATORS = {
+    "jemalloc": "libjemalloc2",
+    "tcmalloc": "libtcmalloc-minimal4",
+}
+_SONAMES = {
+    "jemalloc": ("libjemalloc.so.2",),
+    "tcmalloc": ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4"),
+}
+
+# jemalloc: a background thread purges freed pages on its decay schedule (~10 s) even while the
+# scheduler is idle (otherwise purging happens only inside later malloc/free calls). No oversize
+# arena: jemalloc puts allocations over 8 MiB in an arena that unmaps them at once on free, so
+# every large activation buffer would be page-faulted afresh in every batch (measured: 0.63x).
+JEMALLOC_CONF = "background_thread:true,oversize_threshold:0"
+# oneDNN's primitive cache: entries (one per matmul shape) kept per process; oneDNN's default is 1,024.
+ONEDNN_CACHE_VAR = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
+ONEDNN_CACHE_CAPACITY = 256
+# glibc fallback: after a batch of at least this many tokens, return the heap's free pages.
+GLIBC_TRIM_AFTER_TOKENS = 256
+
+
+def library_dirs() -> list[str]:
+    """Where the dynamic loader, conda and venvs keep shared libraries."""
+    multiarch = sysconfig.get_config_var("MULTIARCH") or ""
+    dirs = [os.path.join(sys.prefix, "lib"), os.path.join(sys.base_prefix, "lib")]
+    for root in ("/usr/local/lib", "/usr/lib", "/lib"):
+        if multiarch:
+            dirs.append(os.path.join(root, multiarch))
+        dirs.append(root)
+    dirs += ["/usr/lib64", "/lib64"]
+    return list(dict.fromkeys(dirs))
+
+
+def find_allocator(name: str) -> Optional[str]:
+    """The absolute path of jemalloc's or tcmalloc's shared library, or None when not installed."""
+    for directory in library_dirs():
+        for soname in _SONAMES[name]:
+            path = os.path.join(directory, soname)
+            if os.path.isfile(path):
+                return path
+    return None
+
+
+@dataclass(frozen=True)
+class AllocatorPlan:
+    """What the launcher does for the scheduler process, decided before spawning it."""
+
+    requested: str  # --cpu-allocator
+    allocator: str  # jemalloc / tcmalloc / glibc / off
+    library: Optional[str] = None  # the preloaded shared object
+    env: dict[str, str] = field(default_factory=dict)  # added to the scheduler's environment
+    note: str = ""  # why a fallback was taken
+
+
+def plan_allocator(requested: str, environ: Mapping[str, str] = os.environ) -> AllocatorPlan:
+    """Choose the scheduler's allocator. Variables the operator set (MALLOC_CONF, the oneDNN cap) win."""
+    if requested not in ALLOCATOR_CHOICES:
+        raise ValueError(f"unknown allocator {requested!r}")
+    if requested == "off":
+        return AllocatorPlan(requested, "off")
+    env = {} if ONEDNN_CACHE_VAR in environ else {ONEDNN_CACHE_VAR: str(ONEDNN_CACHE_CAPACITY)}
+    candidates = {"auto": ("jemalloc", "tcmalloc"), "glibc": ()}.get(requested, (requested,))
+    for name in candidates:
+        path = find_allocator(name)
+        if path is None:
+            continue
+        env["LD_PRELOAD"] = " ".join(p for p in (path, environ.get("LD_PRELOAD", "")) if p)
+        if name == "jemalloc" and "MALLOC_CONF" not in environ:
+            env["MALLOC_CONF"] = JEMALLOC_CONF
+        return AllocatorPlan(requested, name, path, env)
+    if requested != "auto" and requested != "glibc":  # ServerArgs refuses this before we get here
+        raise ValueError(f"{requested} is not installed")
+    note = (
+        ""
+        if requested == "glibc"
+        else (
+            "neither jemalloc nor tcmalloc is installed (apt-get install libjemalloc2), so glibc malloc "
+            "with malloc_trim after large batches"
+        )
+    )
+    return AllocatorPlan(requested, "glibc", env=env, note=note)
+
+
+@contextlib.contextmanager
+def child_environment(extra: Mapping[str, str]) -> Iterator[None]:
+    """Add `extra` to os.environ while a child process is spawned (it inherits it), then restore."""
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def loaded_allocator() -> Optional[str]:
+    """ "jemalloc" or "tcmalloc" when that library is mapped into this process; None otherwise."""
+    try:
+        with open("/proc/self/maps") as f:
+            maps = f.read()
+    except OSError:
+        return None
+    for name, sonames in _SONAMES.items():
+        if any(soname.split(".so")[0] + ".so" in maps for soname in sonames):
+            return name
+    return None
+
+
+def _glibc_trim() -> Optional[ctypes._CFuncPtr]:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # musl and others have no malloc_trim
+        return None
+
+
+class SchedulerMemory:
+    """The plan as it turned out inside the scheduler process, and the glibc fallback's trims.
+
+    Built first thing in the scheduler process. It checks which allocator really got loaded (the
+    loader ignores a preload it cannot use, with a message on stderr) and reports it all.
+    """
+
+    def __init__(self, plan: AllocatorPlan) -> None:
+        self.plan = plan
+        loaded = loaded_allocator()
+        self.allocator = "off" if plan.allocator == "off" else (loaded or "glibc")
+        self.warning: Optional[str] = None
+        if plan.allocator in PRELOADED_ALLOCATORS and loaded != plan.allocator:
+            self.warning = (
+                f"{plan.library} could not be preloaded (see the loader's message above); "
+                "the scheduler runs on glibc malloc with malloc_trim after large batches"
+            )
+        self._trim = _glibc_trim() if self.allocator == "glibc" else None
+
+    def after_batch(self, num_tokens: int) -> None:
+        """On glibc, hand the heap's free pages back to the system after a large batch."""
+        if self._trim is not None and num_tokens >= GLIBC_TRIM_AFTER_TOKENS:
+            self._trim(0)
+
+    def info(self) -> dict:
+        """The `memory` entry of /model_info."""
+        cap = os.environ.get(ONEDNN_CACHE_VAR, "")
+        return {
+            "cpu_allocator": self.allocator,
+            "cpu_allocator_library": self.plan.library if self.allocator == self.plan.allocator else None,
+            "malloc_trim_after_tokens": GLIBC_TRIM_AFTER_TOKENS if self._trim is not None else None,
+            "onednn_primitive_cache_capacity": int(cap) if cap.isdigit() else None,
+        }
+
+    def log(self) -> None:
+        if self.warning:
+            logger.warning(self.warning)
+        if self.plan.note:
+            logger.info("memory: %s", self.plan.note)
+        info = self.info()
+        library = info["cpu_allocator_library"]
+        cap = info["onednn_primitive_cache_capacity"]
+        logger.info(
+            "memory: allocator=%s%s, oneDNN primitive cache=%s",
+            info["cpu_allocator"],
+            f" ({library})" if library else "",
+            cap if cap is not None else "oneDNN's default",
+        )

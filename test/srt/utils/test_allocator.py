@@ -1,0 +1,168 @@
+"""The scheduler's allocator set-up: the plan, the child's environment, what really gets loaded,
+and that the glibc fallback's trims give back what glibc would keep."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+
+import pytest
+
+from sglang.srt.errors import ConfigError
+from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils import allocator
+from sglang.srt.utils.allocator import (
+    ONEDNN_CACHE_CAPACITY,
+    ONEDNN_CACHE_VAR,
+    AllocatorPlan,
+    SchedulerMemory,
+    child_environment,
+    find_allocator,
+    loaded_allocator,
+    plan_allocator,
+)
+
+
+def _installed(monkeypatch, *names: str) -> None:
+    monkeypatch.setattr(allocator, "find_allocator", lambda name: f"/opt/lib/{name}.so" if name in names else None)
+
+
+def test_auto_prefers_jemalloc_then_tcmalloc_then_glibc(monkeypatch):
+    _installed(monkeypatch, "jemalloc", "tcmalloc")
+    plan = plan_allocator("auto", {})
+    assert (plan.allocator, plan.library) == ("jemalloc", "/opt/lib/jemalloc.so")
+    assert plan.env == {
+        "LD_PRELOAD": "/opt/lib/jemalloc.so",
+        "MALLOC_CONF": allocator.JEMALLOC_CONF,
+        ONEDNN_CACHE_VAR: str(ONEDNN_CACHE_CAPACITY),
+    }
+    _installed(monkeypatch, "tcmalloc")
+    plan = plan_allocator("auto", {})
+    assert plan.allocator == "tcmalloc" and "MALLOC_CONF" not in plan.env
+    _installed(monkeypatch)
+    plan = plan_allocator("auto", {})
+    assert plan.allocator == "glibc" and "LD_PRELOAD" not in plan.env
+    assert "libjemalloc2" in plan.note  # the fallback says how to get the better one
+
+
+def test_operator_settings_win_and_preloads_are_kept(monkeypatch):
+    _installed(monkeypatch, "jemalloc")
+    env = {"LD_PRELOAD": "/x/libfoo.so", "MALLOC_CONF": "narenas:2", ONEDNN_CACHE_VAR: "64"}
+    plan = plan_allocator("auto", env)
+    assert plan.env == {"LD_PRELOAD": "/opt/lib/jemalloc.so /x/libfoo.so"}
+
+
+def test_off_changes_nothing_and_glibc_preloads_nothing(monkeypatch):
+    _installed(monkeypatch, "jemalloc")
+    assert plan_allocator("off", {}) == AllocatorPlan("off", "off")
+    plan = plan_allocator("glibc", {})
+    assert plan.allocator == "glibc" and plan.env == {ONEDNN_CACHE_VAR: str(ONEDNN_CACHE_CAPACITY)}
+
+
+def test_an_allocator_asked_for_by_name_must_be_installed(monkeypatch):
+    monkeypatch.setattr("sglang.srt.server_args.find_allocator", lambda name: None)
+    with pytest.raises(ConfigError, match="--cpu-allocator tcmalloc: the library is not installed"):
+        ServerArgs(cpu_allocator="tcmalloc")
+    with pytest.raises(ConfigError, match="--cpu-allocator must be one of"):
+        ServerArgs(cpu_allocator="mimalloc")
+    ServerArgs(cpu_allocator="glibc")
+
+
+def test_child_environment_is_restored():
+    os.environ["SGLANG_TEST_KEEP"] = "1"
+    with child_environment({"SGLANG_TEST_KEEP": "2", "SGLANG_TEST_NEW": "3"}):
+        assert os.environ["SGLANG_TEST_KEEP"] == "2" and os.environ["SGLANG_TEST_NEW"] == "3"
+    assert os.environ.pop("SGLANG_TEST_KEEP") == "1" and "SGLANG_TEST_NEW" not in os.environ
+
+
+def _report(plan: AllocatorPlan, conn) -> None:
+    memory = SchedulerMemory(plan)
+    conn.send((loaded_allocator(), memory.info(), memory.warning))
+
+
+def _in_child(target, *args, env=None, timeout: float = 60.0):
+    """Run `target(*args, conn)` in a spawned process (with `env` added to its environment); its answer."""
+    ctx = mp.get_context("spawn")
+    reader, writer = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=target, args=(*args, writer))
+    with child_environment(env or {}):
+        proc.start()
+    try:
+        assert reader.poll(timeout)
+        return reader.recv()
+    finally:
+        proc.join(10)
+
+
+def _spawn_with(plan: AllocatorPlan):
+    return _in_child(_report, plan, env=plan.env)
+
+
+@pytest.mark.slow
+def test_jemalloc_is_installed_and_preloaded_into_the_child():
+    # The Makefile installs libjemalloc2 (apt); the server's default depends on it being there.
+    assert find_allocator("jemalloc") is not None, "libjemalloc2 is missing: run make install as root"
+    plan = plan_allocator("auto", {})
+    loaded, info, warning = _spawn_with(plan)
+    assert loaded == "jemalloc" and warning is None
+    assert info == {
+        "cpu_allocator": "jemalloc",
+        "cpu_allocator_library": plan.library,
+        "malloc_trim_after_tokens": None,
+        "onednn_primitive_cache_capacity": ONEDNN_CACHE_CAPACITY,
+    }
+    assert loaded_allocator() is None  # the launching process itself stays on glibc
+
+
+@pytest.mark.slow
+def test_glibc_fallback_trims_and_a_failed_preload_is_reported():
+    loaded, info, warning = _spawn_with(plan_allocator("glibc", {}))
+    assert loaded is None and warning is None
+    assert info["cpu_allocator"] == "glibc" and info["malloc_trim_after_tokens"] == allocator.GLIBC_TRIM_AFTER_TOKENS
+    broken = AllocatorPlan(
+        "jemalloc", "jemalloc", "/nonexistent/libjemalloc.so.2", {"LD_PRELOAD": "/nonexistent/libjemalloc.so.2"}
+    )
+    loaded, info, warning = _spawn_with(broken)
+    assert loaded is None and info["cpu_allocator"] == "glibc" and "could not be preloaded" in warning
+    assert info["cpu_allocator_library"] is None
+
+
+def _churn(trim: bool, conn) -> None:
+    """Activation-like buffers of ever-new sizes (up to ~30 MB, under glibc's largest mmap threshold),
+    with each batch's small result outliving the batch, as mixed-size batches allocate them."""
+    import collections
+    import ctypes
+    import random
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+    memory = SchedulerMemory(AllocatorPlan("glibc", "glibc"))
+    rng = random.Random(0)
+
+    def rss_mb() -> int:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) // 1024 for line in f if line.startswith("VmRSS"))
+
+    before, results = rss_mb(), collections.deque()
+    for _ in range(40):
+        tokens = rng.randint(50, 5000)
+        activations = [libc.malloc(tokens * width * 4) for width in (384, 1536, 1152)]
+        for buf, width in zip(activations, (384, 1536, 1152)):
+            libc.memset(buf, 1, tokens * width * 4)  # touched, as a forward pass does
+        results.append(libc.malloc(tokens * 384 * 4))
+        if len(results) > 4:
+            libc.free(results.popleft())
+        for buf in activations:
+            libc.free(buf)
+        if trim:
+            memory.after_batch(tokens)
+    conn.send(rss_mb() - before)
+
+
+@pytest.mark.slow
+def test_glibc_keeps_freed_activation_memory_unless_trimmed():
+    kept, trimmed = _in_child(_churn, False), _in_child(_churn, True)
+    assert kept > 40, kept  # what the issue saw: glibc keeps the pages of freed buffers
+    assert trimmed < 10 and trimmed < kept / 4, (trimmed, kept)
