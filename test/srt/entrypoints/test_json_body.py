@@ -96,6 +96,8 @@ def test_models_and_model_info_show_paths_only_when_asked(make_app):
     card = hidden.get("/v1/models").json()["data"][0]
     info = hidden.get("/model_info").json()
     assert card["root"] == "mini" and info["model_path"] == "mini" and "tokenizer_path" not in info
+    assert hidden.get("/info").json()["model_id"] == "mini"  # TEI's /info
+    assert hidden.get("/v1/models/mini").json()["root"] == "mini"
     shown = TestClient(make_app(served_model_name="mini", expose_model_path=True))
     args_path = ServerArgs().model_path
     assert shown.get("/v1/models").json()["data"][0]["root"] == args_path
