@@ -79,3 +79,22 @@ def test_bad_values_are_config_errors(kwargs, fragment):
 def test_zero_timeouts_mean_no_limit():
     a = ServerArgs(request_timeout=0, graceful_timeout=0)
     assert a.request_timeout == 0 and a.graceful_timeout == 0
+
+
+def test_connection_and_watchdog_flags():
+    a = _parse()
+    assert a.allowed_hosts is None and a.max_connections >= 256 and a.max_header_bytes >= 8192
+    assert 0 < a.header_timeout <= 60 and 0 < a.body_timeout and 0 < a.keep_alive_timeout
+    assert 0 < a.watchdog_timeout <= 60 <= a.watchdog_exit_timeout and not a.expose_model_path
+    a = _parse("--allowed-hosts", "A.example.com, *.svc", "--allowed-hosts", "localhost", "--expose-model-path",
+               "--watchdog-timeout", "5", "--watchdog-exit-timeout", "0", "--max-connections", "10")  # fmt: skip
+    assert a.allowed_hosts == ["a.example.com", "*.svc", "localhost"] and a.expose_model_path
+    assert a.watchdog_timeout == 5 and a.watchdog_exit_timeout == 0 and a.max_connections == 10
+    for bad in (
+        ("--max-connections", "0"),
+        ("--header-timeout", "0"),
+        ("--watchdog-timeout", "-1"),
+        ("--watchdog-timeout", "10", "--watchdog-exit-timeout", "5"),
+    ):
+        with pytest.raises(ConfigError):
+            _parse(*bad)

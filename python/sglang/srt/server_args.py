@@ -120,6 +120,16 @@ class ServerArgs:
     ssl_cert_reqs: Optional[str] = None  # None: "required" with --ssl-ca-certs, else "none"
     enable_trace: bool = False
     otlp_traces_endpoint: Optional[str] = None  # set: tracing on; resolved to a full OTLP/HTTP URL
+    # Connections and engine health (docs/operations.md)
+    allowed_hosts: Optional[list[str]] = None  # None: loopback names on a loopback bind, else any
+    max_connections: int = 1024
+    max_header_bytes: int = 64 * 1024
+    header_timeout: float = 10.0
+    body_timeout: float = 60.0
+    keep_alive_timeout: float = 30.0
+    expose_model_path: bool = False
+    watchdog_timeout: float = 30.0
+    watchdog_exit_timeout: float = 120.0
 
     # Image inputs (docs/multimodal.md)
     allowed_local_media_path: Optional[str] = None  # None: image paths on the server's disk refused
@@ -163,6 +173,9 @@ class ServerArgs:
         if self.log_request_text:
             self.log_requests = True
         self.served_model_aliases = [n for n in dict.fromkeys(self.served_model_aliases) if n != self.served_model_name]
+        if self.allowed_hosts is not None:
+            hosts = [h.strip().lower() for item in self.allowed_hosts for h in item.split(",")]
+            self.allowed_hosts = [h for h in hosts if h]
         self._validate()
 
     def _validate(self) -> None:
@@ -178,6 +191,8 @@ class ServerArgs:
             "dp_size",
             "max_payload_bytes",
             "max_client_batch_size",
+            "max_connections",
+            "max_header_bytes",
         )
         for name in positive:
             if getattr(self, name) < 1:
@@ -214,6 +229,13 @@ class ServerArgs:
             raise ConfigError("--api-key / SGLANG_API_KEY must be non-empty printable ASCII without surrounding spaces")
         if self.default_prompt_name is not None and self.default_prompt is not None:
             raise ConfigError("--default-prompt-name and --default-prompt cannot be used together")
+        for name in ("header_timeout", "body_timeout", "keep_alive_timeout"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"--{name.replace('_', '-')} must be > 0 seconds")
+        if self.watchdog_timeout < 0 or self.watchdog_exit_timeout < 0:
+            raise ConfigError("--watchdog-timeout and --watchdog-exit-timeout must be >= 0 seconds (0: off)")
+        if 0 < self.watchdog_exit_timeout < self.watchdog_timeout:
+            raise ConfigError("--watchdog-exit-timeout must not be below --watchdog-timeout")
         if not (0 < self.port < 65536):
             raise ConfigError("--port must be between 1 and 65535")
         self._validate_multimodal()
@@ -392,6 +414,31 @@ class ServerArgs:
                        help="On SIGTERM/SIGINT, seconds to finish in-flight requests before cancelling them "
                             "(0: wait for all).")
 
+        g = parser.add_argument_group("connections and engine health (docs/operations.md)")
+        g.add_argument("--allowed-hosts", action="append", default=None, metavar="HOST",
+                       help="Host header values to serve (repeatable or comma-separated; `*.example.com` "
+                            "wildcards, `*` for any); others get 400. Default: loopback names when bound to "
+                            "a loopback address, any host otherwise.")
+        g.add_argument("--max-connections", type=int, default=d["max_connections"].default,
+                       help="Open connections per HTTP process; beyond it new ones get 503 and are closed.")
+        g.add_argument("--max-header-bytes", type=int, default=d["max_header_bytes"].default,
+                       help="Largest request line plus headers; bigger ones get 431.")
+        g.add_argument("--header-timeout", type=float, default=d["header_timeout"].default,
+                       help="Seconds a connection may take to send a request's headers; then 408.")
+        g.add_argument("--body-timeout", type=float, default=d["body_timeout"].default,
+                       help="Seconds a client may take to send a request's body after its headers; then 408.")
+        g.add_argument("--keep-alive-timeout", type=float, default=d["keep_alive_timeout"].default,
+                       help="Seconds an idle keep-alive connection stays open (above your load balancer's).")
+        g.add_argument("--expose-model-path", action="store_true",
+                       help="Show the model's filesystem path in /v1/models and /model_info "
+                            "(default: only the served name).")
+        g.add_argument("--watchdog-timeout", type=float, default=d["watchdog_timeout"].default,
+                       help="Seconds an engine process may go without a heartbeat or without progress on "
+                            "queued work before /health answers 503 (0: off).")
+        g.add_argument("--watchdog-exit-timeout", type=float, default=d["watchdog_exit_timeout"].default,
+                       help="Seconds of such a stall after which the server fails its requests with 503 and "
+                            "exits 1 so a supervisor restarts it (0: never).")
+
         g = parser.add_argument_group("observability")
         g.add_argument("--log-requests", action="store_true",
                        help="Log one line per HTTP request (id, route, status, inputs, tokens, timings).")
@@ -465,6 +512,11 @@ class ServerArgs:
     def served_model_names(self) -> list[str]:
         """Every name `model` may carry: the reported one first, then the aliases."""
         return [self.served_model_name, *self.served_model_aliases]
+
+    @property
+    def shown_model_path(self) -> str:
+        """The model "path" clients see: the served name, the filesystem path only with --expose-model-path."""
+        return self.model_path if self.expose_model_path else self.served_model_name
 
     @property
     def url(self) -> str:

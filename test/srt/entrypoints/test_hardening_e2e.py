@@ -102,9 +102,10 @@ def test_hostile_bodies_get_4xx_in_openai_shape(hardened_server, body, ctype, st
     _error(_post(hardened_server, data=body, headers={"content-type": ctype}), status)
 
 
-def test_json_without_content_type_is_accepted(hardened_server):
-    r = _post(hardened_server, data=b'{"input": "no content type"}')
-    assert r.status_code == 200 and len(r.json()["data"][0]["embedding"]) == 384
+def test_json_without_content_type_is_refused(hardened_server):
+    """A browser can POST without Content-Type cross-origin with no CORS preflight: 415."""
+    err = _error(_post(hardened_server, data=b'{"input": "no content type"}'), 415)
+    assert "application/json" in err["message"]
 
 
 def test_cors_opens_only_for_the_configured_origin(hardened_server):

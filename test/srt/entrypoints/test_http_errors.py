@@ -42,3 +42,9 @@ def test_openai_error_body_types_and_headers():
 def test_engine_codes_become_kinds():
     assert engine_error(int(ErrorKind.TIMEOUT), "late").kind is ErrorKind.TIMEOUT
     assert engine_error(999, "from a peer we do not know").kind is ErrorKind.INTERNAL
+
+
+def test_an_error_echoing_a_lone_surrogate_still_encodes():
+    """Issue #15 item 5: `model: "\\ud800"` echoed in a 404 made orjson raise (a 500 with a traceback)."""
+    body = HttpError.of(EmbeddingError(ErrorKind.MODEL_NOT_FOUND, "The model `\ud800x` does not exist.")).body()
+    assert orjson.loads(body)["error"]["message"] == "The model `\\ud800x` does not exist."

@@ -219,7 +219,8 @@ def test_local_paths_are_refused_by_default(default_server, media):
 def test_model_info_reports_image_inputs(server):
     info = requests.get(server.base_url + "/model_info", timeout=10).json()
     assert info["architecture"] == "Qwen2VLForConditionalGeneration" and info["vision"]["spatial_merge_size"] == 2
-    assert os.path.isdir(info["vision"]["model_dir"])
+    # The image processor's directory is a path on the server's disk: hidden without --expose-model-path.
+    assert info["vision"]["model_dir"] == info["model_path"] and not os.path.isabs(info["vision"]["model_dir"])
 
 
 def test_sglang_gme_example_as_written(default_server, gme_dir, media, images):

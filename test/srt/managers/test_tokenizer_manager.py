@@ -209,8 +209,7 @@ def test_two_requests_keep_answers_apart_and_metrics_count(harness, hf_tokenizer
         assert a.payloads == [b"[1.0]"] and b.payloads == [b"[2.0]"]
         m = tm.metrics
         assert m.prompt_tokens.get() == 7 and m.inputs.get() == 2
-        assert m.batch_size.count(dp_rank="0") == 1 and m.batch_tokens.sum(dp_rank="0") == 7
-        assert m.queue_length.get(dp_rank="0") == 4 and m.forward_duration.sum(dp_rank="0") == pytest.approx(0.03)
+        # Batch shapes and the queue are the scheduler's own metrics now (scheduler_metrics.py).
         assert m.queue_duration.count() == 2 and m.inference_duration.sum() == pytest.approx(0.06)
         await tm.close()
 

@@ -44,7 +44,8 @@ INLINE_CHARS = 32_768  # longer texts are tokenized in a worker thread, off the 
 
 
 def model_card(server_args: ServerArgs, model_info: ModelInfo, name: str, created: int) -> ModelCard:
-    return ModelCard(id=name, created=created, root=server_args.model_path, max_model_len=model_info.max_input_length)
+    root = server_args.shown_model_path
+    return ModelCard(id=name, created=created, root=root, max_model_len=model_info.max_input_length)
 
 
 def infinity_capabilities(model_info: ModelInfo) -> list[str]:

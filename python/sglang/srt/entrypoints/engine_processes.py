@@ -22,6 +22,7 @@ from sglang.srt.managers.scheduler_process import replica_name, run_scheduler_pr
 from sglang.srt.model_executor.placement import plan_slots
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.allocator import child_environment, plan_allocator
+from sglang.srt.utils.heartbeat import HeartbeatReader, heartbeat_interval
 from sglang.srt.utils.network import PortArgs
 from sglang.srt.utils.process import ENGINE_DEAD_SIGNAL, mark_stopping, terminate_processes
 
@@ -143,19 +144,28 @@ class EngineProcesses:
                 os.kill(p.pid, ENGINE_DEAD_SIGNAL)
 
     def watch(self, on_death: Callable[[str], None], grace: float = 0.3) -> None:
-        """Call `on_death(reason)` from a thread if a child dies before shutdown() stops them.
+        """Call `on_death(reason)` from a thread if a child dies before shutdown() stops them, or
+        if an engine process stalls past --watchdog-exit-timeout (it is killed first).
 
         HTTP workers exiting while we drain are expected (they drained too). A SIGTERM sent to the
         whole process group reaches an HTTP worker maybe a moment before us, hence the short grace
         before calling its exit a crash. The scheduler or detokenizer dying during a drain is a crash.
         """
+        exit_after = self.server_args.watchdog_exit_timeout
+        heartbeats = HeartbeatReader(self.port_args.ipc_dir)
 
         def _run() -> None:
             watched = {p.sentinel: p for p in self.procs}
             while watched:
-                ready = mp_wait(list(watched))
+                ready = mp_wait(list(watched), timeout=heartbeat_interval(exit_after) if exit_after > 0 else None)
                 if self._stopping:
                     return
+                if not ready:
+                    reason = None if self._draining else self._kill_stalled(heartbeats, exit_after)
+                    if reason is not None:
+                        on_death(reason)
+                        return
+                    continue
                 proc = watched.pop(ready[0])
                 is_http = proc in self.http_procs
                 if is_http and not self._draining:
@@ -172,6 +182,19 @@ class EngineProcesses:
 
         self._watcher = threading.Thread(target=_run, name="engine-watch", daemon=True)
         self._watcher.start()
+
+    def _kill_stalled(self, heartbeats: HeartbeatReader, exit_after: float) -> Optional[str]:
+        """SIGKILL an engine process stalled past `exit_after` seconds; the reason, or None."""
+        stalled = heartbeats.stalled(exit_after)
+        if not stalled:
+            return None
+        beat, _ = stalled[0]
+        reason = f"{beat.describe(time.monotonic())} (--watchdog-exit-timeout {exit_after:g} s)"
+        logger.error("%s: killing it", reason)
+        for p in self.procs:
+            if p.name == f"sglang-{beat.name}" and p.pid is not None and p.is_alive():
+                os.kill(p.pid, signal.SIGKILL)  # a stopped process ignores SIGTERM until continued
+        return reason
 
     def alive(self) -> bool:
         return bool(self.procs) and all(p.is_alive() for p in self.procs)

@@ -15,7 +15,7 @@ from typing import Callable, Optional, Union
 
 import orjson
 
-from sglang.srt.entrypoints.http_errors import HttpError
+from sglang.srt.entrypoints.http_errors import HttpError, encodable
 from sglang.srt.errors import EmbeddingError, ErrorKind
 
 
@@ -57,12 +57,12 @@ def tei_style(err: Union[EmbeddingError, HttpError]) -> Rendered:
         status, kind = _TEI_KINDS[err.kind]
     else:
         status, kind = http.status, ("Validation" if http.status < 500 else "Backend")
-    return status, orjson.dumps({"error": http.message, "error_type": kind}), dict(http.headers)
+    return status, orjson.dumps({"error": encodable(http.message), "error_type": kind}), dict(http.headers)
 
 
 def cohere_style(err: Union[EmbeddingError, HttpError]) -> Rendered:
     http = err if isinstance(err, HttpError) else HttpError.of(err)
-    return http.status, orjson.dumps({"message": http.message}), dict(http.headers)
+    return http.status, orjson.dumps({"message": encodable(http.message)}), dict(http.headers)
 
 
 Style = Callable[[Union[EmbeddingError, HttpError]], Rendered]

@@ -45,10 +45,12 @@ class HttpError:
     headers: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, err: EmbeddingError, headers: Optional[dict[str, str]] = None) -> "HttpError":
+    def of(
+        cls, err: EmbeddingError, headers: Optional[dict[str, str]] = None, status: Optional[int] = None
+    ) -> "HttpError":
         """`err` mapped to HTTP; `headers` adds what only the edge knows (Connection: close, ...)."""
         return cls(
-            HTTP_STATUS[err.kind],
+            status or HTTP_STATUS[err.kind],
             err.message,
             err.param,
             err.code,
@@ -66,4 +68,13 @@ class HttpError:
         }
 
     def body(self) -> bytes:
-        return orjson.dumps(self.to_dict())
+        try:
+            return orjson.dumps(self.to_dict())
+        except TypeError:  # a lone surrogate echoed from the request: escape it rather than fail
+            err = {k: encodable(v) if isinstance(v, str) else v for k, v in self.to_dict()["error"].items()}
+            return orjson.dumps({"error": err})
+
+
+def encodable(text: str) -> str:
+    """`text` with every lone surrogate written as its escape (`\\ud800`), so UTF-8 can carry it."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from contextlib import asynccontextmanager
 from typing import Awaitable, Callable, Optional, TypeVar
@@ -22,7 +23,8 @@ from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.entrypoints.compat_routes import add_compat_routes, model_card
 from sglang.srt.entrypoints.error_styles import ErrorStyles
 from sglang.srt.entrypoints.http_errors import HTTP_STATUS, HttpError
-from sglang.srt.entrypoints.middleware import ServerLifecycle, install_middleware, request_state
+from sglang.srt.entrypoints.json_body import JsonBodyRoute
+from sglang.srt.entrypoints.middleware import UNMATCHED_ROUTE, ServerLifecycle, install_middleware, request_state
 from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest, ErrorResponse, ModelList
 from sglang.srt.entrypoints.openai.serving_classify import OpenAIServingClassify
 from sglang.srt.entrypoints.openai.serving_embed_all import ServingEmbedAll
@@ -46,6 +48,7 @@ from sglang.srt.managers.tokenizer_manager import TokenizerManager
 from sglang.srt.metrics.prometheus import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from sglang.srt.metrics.server_metrics import ServerMetrics
 from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.heartbeat import HeartbeatReader
 from sglang.srt.utils.network import PortArgs
 from sglang.srt.utils.tracing import Tracing
 
@@ -66,21 +69,39 @@ def error_response(err: EmbeddingError | HttpError, styles: Optional[ErrorStyles
     return json_response(body, status, headers or None)
 
 
-def _validation_message(exc: RequestValidationError) -> tuple[str, Optional[str]]:
+# What each route's `input` / `inputs` may be, for the message when it is none of them.
+_INPUT_SHAPES = {
+    "": "a string, a list of strings, a list of token ids, or a list of token-id lists",
+    "/v1/embeddings": (
+        "a string, a list of strings, a list of token ids, a list of token-id lists, "
+        'or a list of {"text", "image"} objects'
+    ),
+    "/embed_sparse": "a string or a list of strings",
+}
+
+
+def _validation_message(exc: RequestValidationError, path: str = "") -> tuple[str, Optional[str]]:
     errors = exc.errors()
     if not errors:
         return "Invalid request.", None
     first = errors[0]
     loc = [str(x) for x in first.get("loc", ()) if x != "body"]
     if first.get("type") == "json_invalid":
+        detail = str((first.get("ctx") or {}).get("error", ""))
+        if "surrogate" in detail:
+            return (
+                "The request body holds a lone surrogate escape (\\ud800-\\udfff without its pair); "
+                "strings must be valid Unicode.",
+                None,
+            )
+        if "utf-8" in detail.lower() or "unicode" in detail.lower():
+            return "The request body is not valid UTF-8 JSON.", None
         return "The request body is not valid JSON.", None
-    if loc and loc[0] == "input":
+    if loc and loc[0] in ("input", "inputs"):
         if first.get("type") == "value_error":  # EmbeddingRequest's own check of {"text", "image"} items
-            return str(first.get("msg", "")).removeprefix("Value error, "), "input"
-        return (
-            "'input' must be a string, a list of strings, a list of token ids, a list of token-id lists, "
-            'or a list of {"text", "image"} objects.'
-        ), "input"
+            return str(first.get("msg", "")).removeprefix("Value error, "), loc[0]
+        shapes = _INPUT_SHAPES.get(path, _INPUT_SHAPES[""])
+        return f"'{loc[0]}' must be {shapes}.", loc[0]
     where = ".".join(loc) if loc else "body"
     return f"Invalid request: {where}: {first.get('msg', 'invalid value')}", (loc[0] if loc else None)
 
@@ -147,6 +168,7 @@ def create_app(
         tracing.shutdown()
 
     app = FastAPI(title="sglang-embed", version="0.1.0", lifespan=lifespan)
+    app.router.route_class = JsonBodyRoute  # every route: orjson, large bodies off the loop
     created = int(time.time())
     metrics = app.state.metrics = ServerMetrics()
     app.state.lifecycle = ServerLifecycle()
@@ -167,25 +189,35 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):
-        message, param = _validation_message(exc)
+        message, param = _validation_message(exc, request.url.path)
         return error_response(EmbeddingError(ErrorKind.INVALID_REQUEST, message, param=param), styles, request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
-        # unknown route, wrong method
-        return error_response(HttpError(exc.status_code, str(exc.detail)), styles, request.url.path)
+        # unknown route, or wrong method (405 with the Allow header Starlette lists)
+        http = HttpError(exc.status_code, str(exc.detail), headers=dict(exc.headers or {}))
+        return error_response(http, styles, request.url.path)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception):
         logger.exception("unhandled error")
         return error_response(EmbeddingError(ErrorKind.INTERNAL, f"Internal server error: {type(exc).__name__}"))
 
-    @app.get("/health", include_in_schema=True)
+    heartbeats = HeartbeatReader(port_args.ipc_dir)
+
+    @app.api_route("/health", methods=["GET", "HEAD"], include_in_schema=True)
     async def health():
         tm: Optional[TokenizerManager] = getattr(app.state, "tokenizer_manager", None)
-        if tm is not None and tm.healthy and engine_alive():
-            return Response(status_code=200)
-        return error_response(EmbeddingError(ErrorKind.UNAVAILABLE, "The embedding engine is not ready."))
+        if tm is None or not tm.healthy or not engine_alive():
+            return error_response(EmbeddingError(ErrorKind.UNAVAILABLE, "The embedding engine is not ready."))
+        stalled = heartbeats.stalled(server_args.watchdog_timeout)
+        if stalled:
+            now = time.monotonic()
+            why = "; ".join(beat.describe(now) for beat, _ in stalled)
+            return error_response(
+                EmbeddingError(ErrorKind.UNAVAILABLE, f"The embedding engine is stalled: {why} (--watchdog-timeout).")
+            )
+        return Response(status_code=200)
 
     @app.get("/metrics")
     async def prometheus_metrics():
@@ -199,14 +231,13 @@ def create_app(
     @app.get("/model_info")
     @app.get("/get_model_info", include_in_schema=False)
     async def get_model_info():
-        return json_response(
-            {
-                **model_info.to_dict(),
-                "is_embedding": True,
-                "is_generation": False,
-                "tokenizer_path": server_args.tokenizer_path,
-            }
-        )
+        info = {**model_info.to_dict(), "is_embedding": True, "is_generation": False}
+        # Filesystem paths tell a client about the server's disk: only behind --expose-model-path.
+        if server_args.expose_model_path:
+            info["tokenizer_path"] = server_args.tokenizer_path
+        else:
+            hide_paths(info, server_args.served_model_name)
+        return json_response(info)
 
     async def serve_task(
         raw: Request, work: Callable[[Optional[str]], Awaitable], log_fields: Optional[dict] = None
@@ -263,6 +294,12 @@ def create_app(
     return app
 
 
+def count_refusal(app: FastAPI) -> Callable[[int], None]:
+    """Counts connections refused before reaching the app (431, 408, 503: http_protocol.py)."""
+    metrics: ServerMetrics = app.state.metrics
+    return lambda status: metrics.requests.inc(route=UNMATCHED_ROUTE, status=str(status))
+
+
 def start_draining(app: FastAPI, server_args: ServerArgs) -> None:
     """SIGTERM/SIGINT: new requests get 503 from now on, in-flight ones get --graceful-timeout."""
     lifecycle: ServerLifecycle = app.state.lifecycle
@@ -277,6 +314,16 @@ def engine_died(app: FastAPI, server, reason: str) -> None:
     logger.error("failing in-flight and new requests with 503 and stopping: %s", reason)
     on_loop(server, lambda: _fail_all(app, reason))
     server.should_exit = True
+
+
+def hide_paths(info: dict, served_name: str) -> None:
+    """Replace the filesystem paths in a /model_info dict (the model's, the image processor's
+    directory, bge-m3's ColBERT head file): they describe the server's disk, not the model."""
+    info["model_path"] = served_name
+    if info.get("vision"):
+        info["vision"] = {**info["vision"], "model_dir": served_name}
+    if info.get("colbert") and info["colbert"].get("path"):
+        info["colbert"] = {**info["colbert"], "path": os.path.basename(info["colbert"]["path"])}
 
 
 def count_inputs(inp) -> int:

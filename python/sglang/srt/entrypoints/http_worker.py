@@ -11,7 +11,7 @@ from __future__ import annotations
 import signal
 
 from sglang.srt.configs.model_info import ModelInfo
-from sglang.srt.entrypoints.http_server import create_app, engine_died, start_draining
+from sglang.srt.entrypoints.http_server import count_refusal, create_app, engine_died, start_draining
 from sglang.srt.entrypoints.uvicorn_server import make_listen_socket, make_server, serve
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.logging_utils import configure_logging
@@ -36,7 +36,7 @@ def run_http_worker_process(
         ready_pipe.close()
 
     app = create_app(server_args, port_args, model_info, worker_id=worker_id, on_ready=on_ready)
-    server = make_server(app, server_args)
+    server = make_server(app, server_args, on_reject=count_refusal(app))
     server.on_signal = lambda: start_draining(app, server_args)
     # The server process saw the scheduler or detokenizer die: answer 503 at once, and exit.
     signal.signal(ENGINE_DEAD_SIGNAL, lambda *_: engine_died(app, server, "an engine process exited unexpectedly"))

@@ -7,13 +7,16 @@ serve the app until a signal or an engine death, then stop everything.
 from __future__ import annotations
 
 import logging
+import os
 
 from sglang.srt.entrypoints.engine_processes import EngineProcesses
-from sglang.srt.entrypoints.http_server import create_app, engine_died, start_draining
+from sglang.srt.entrypoints.host_guard import is_loopback
+from sglang.srt.entrypoints.http_server import count_refusal, create_app, engine_died, start_draining
 from sglang.srt.entrypoints.http_worker import run_http_worker_process
 from sglang.srt.entrypoints.tls import check_tls
 from sglang.srt.entrypoints.uvicorn_server import make_listen_socket, make_server, serve
 from sglang.srt.errors import ConfigError
+from sglang.srt.metrics.prometheus import enable_multiprocess
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.logging_utils import configure_logging
 
@@ -29,14 +32,21 @@ def launch_server(server_args: ServerArgs) -> int:
         sock = make_listen_socket(server_args.host, server_args.port, reuse_port=workers > 1)
     except OSError as e:
         raise ConfigError(f"Cannot listen on {server_args.host}:{server_args.port}: {e.strerror}") from e
+    if not is_loopback(server_args.host) and not server_args.api_key:
+        logger.warning(
+            "listening on %s without --api-key: anyone who can reach the port may use the server", server_args.host
+        )
     engine = EngineProcesses(server_args)
+    # Every process of this server (spawned from here on) writes its metrics here; any HTTP
+    # worker's /metrics adds them up. Inside the private IPC directory: new now, removed at exit.
+    enable_multiprocess(os.path.join(engine.port_args.ipc_dir, "metrics"))
     logger.info("starting the engine for %s", server_args.model_path)
     exit_code = 0
     try:
         model_info = engine.start()
         engine.start_http_workers(model_info, run_http_worker_process)
         app = create_app(server_args, engine.port_args, model_info, engine.alive)
-        server = make_server(app, server_args)
+        server = make_server(app, server_args, on_reject=count_refusal(app))
 
         def on_signal() -> None:
             start_draining(app, server_args)

@@ -4,10 +4,12 @@ Pure ASGI (not Starlette's BaseHTTPMiddleware) because they sit on every request
 a task and a memory stream each. Outer to inner, as `install_middleware` stacks them:
 
     RequestContext  request id (x-request-id), requests-by-route-and-status metric, --log-requests line
+    HostGuard       --allowed-hosts: 400 for a Host header the server does not answer to (host_guard.py)
     CORSMiddleware  only with --cors-allow-origin (otherwise cross-origin browser reads stay closed)
     DrainGuard      503 once SIGTERM/SIGINT started a graceful shutdown
     ApiKeyAuth      --api-key: `Authorization: Bearer KEY` on every route but /health, else 401
-    BodyLimits      --max-payload-bytes -> 413; POST bodies must be JSON (415) and are read once here
+    BodyLimits      --max-payload-bytes -> 413; POST bodies must be JSON (415), arrive within
+                    --body-timeout (408), and are read once here
     QueueFullGuard  429 for inference routes while the queue has no room, before parsing or tokenizing
 
 Their own answers use the OpenAI error shape, like every other error of the server.
@@ -24,6 +26,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Optional
 
+from sglang.srt.entrypoints.host_guard import OPEN_PATHS as HOST_OPEN_PATHS
+from sglang.srt.entrypoints.host_guard import allowed_hosts, host_allowed, host_name
 from sglang.srt.entrypoints.http_errors import HttpError
 from sglang.srt.errors import EmbeddingError, ErrorKind, queue_full_error
 from sglang.srt.metrics.server_metrics import ServerMetrics
@@ -37,7 +41,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 EMBEDDINGS_ROUTE = "/v1/embeddings"
 INFERENCE_ROUTES = frozenset(
-    {EMBEDDINGS_ROUTE, "/v1/classify", "/v1/rerank", "/embed_sparse"}
+    {EMBEDDINGS_ROUTE, "/v1/classify", "/v1/rerank", "/embed_sparse", "/embed_all"}
     | {"/embeddings", "/embed", "/rerank", "/predict", "/pooling", "/v2/embed"}  # peers' routes (docs/migrating.md)
 )
 UNMATCHED_ROUTE = "unmatched"  # metric label for paths no route serves (keeps label values bounded)
@@ -60,9 +64,12 @@ def request_state(scope: Scope) -> dict:
     return scope.setdefault("state", {})
 
 
-async def send_error(send: Send, err: EmbeddingError, headers: Optional[dict[str, str]] = None) -> None:
-    """Answer with `err` in OpenAI's error shape; `headers` adds what only the edge knows."""
-    http = HttpError.of(err, headers)
+async def send_error(
+    send: Send, err: EmbeddingError, headers: Optional[dict[str, str]] = None, status: Optional[int] = None
+) -> None:
+    """Answer with `err` in OpenAI's error shape; `headers` adds what only the edge knows, and
+    `status` overrides the kind's status where HTTP has a more precise one (408)."""
+    http = HttpError.of(err, headers, status)
     body = http.body()
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     raw += [(k.lower().encode("latin-1"), str(v).encode("latin-1")) for k, v in http.headers.items()]
@@ -99,6 +106,14 @@ class RequestContext:
         state["request_id"] = rid
         state["start_time"] = start
         status: list[Any] = [None]
+        disconnected = False
+
+        async def receive_watching() -> dict:
+            nonlocal disconnected
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                disconnected = True
+            return message
 
         async def send_with_id(message: dict) -> None:
             if message["type"] == "http.response.start":
@@ -111,7 +126,7 @@ class RequestContext:
         self.metrics.in_flight.inc()
         outcome = "500"
         try:
-            await self.app(scope, receive, send_with_id)
+            await self.app(scope, receive_watching, send_with_id)
         except asyncio.CancelledError:
             # --graceful-timeout ran out: answer rather than leave uvicorn to send a bare 500.
             outcome = "cancelled"
@@ -127,10 +142,12 @@ class RequestContext:
                     )
                 except Exception:
                     pass
-            raise
+            # The request is over and answered: ending its task here instead of re-raising keeps
+            # uvicorn from logging a traceback per cancelled request (a shutdown is not an error).
         finally:
             self.metrics.in_flight.dec()
-            code = str(status[0]) if status[0] is not None else outcome
+            # No answer because the client left (mid-body, say): nginx's 499, not a server error.
+            code = str(status[0]) if status[0] is not None else ("499" if disconnected else outcome)
             path = scope.get("path", "")
             route = path if path in self.routes() else UNMATCHED_ROUTE
             self.metrics.requests.inc(route=route, status=code)
@@ -167,6 +184,32 @@ class DrainGuard:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self.lifecycle.draining:
             return await send_error(send, EmbeddingError(ErrorKind.UNAVAILABLE, "The server is shutting down."), CLOSE)
+        await self.app(scope, receive, send)
+
+
+class HostGuard:
+    """400 for a request whose Host header is not in the allowed list (host_guard.py). A missing
+    Host passes: HTTP/1.0 clients send none, and browsers always send one."""
+
+    def __init__(self, app: ASGIApp, allowed: list[str]) -> None:
+        self.app = app
+        self.allowed = allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("path") not in HOST_OPEN_PATHS:
+            header = _header(scope, b"host")
+            if header is not None and not host_allowed(host_name(header), self.allowed):
+                shown = header[:100].encode("ascii", "backslashreplace").decode("ascii")
+                return await send_error(
+                    send,
+                    EmbeddingError(
+                        ErrorKind.INVALID_REQUEST,
+                        f"Invalid Host header {shown!r}: this server answers to "
+                        f"{', '.join(self.allowed)} (--allowed-hosts).",
+                        code="invalid_host",
+                    ),
+                    CLOSE,
+                )
         await self.app(scope, receive, send)
 
 
@@ -214,17 +257,20 @@ def _json_content_type(value: str) -> bool:
 
 
 class BodyLimits:
-    """Caps request bodies at --max-payload-bytes (413) and requires JSON on POST (415).
+    """Caps request bodies at --max-payload-bytes (413), requires JSON on POST (415) and the whole
+    body within --body-timeout seconds (408).
 
     The body is read here, counting bytes as they arrive (a missing or lying Content-Length does
-    not help), and handed to the app in one piece. A POST without Content-Type is taken as JSON.
+    not help), and handed to the app in one piece. A POST without Content-Type is refused: a
+    browser may send one cross-origin without a CORS preflight, an API client never does.
     """
 
     BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout: Optional[float] = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout = timeout
 
     def too_large(self) -> EmbeddingError:
         return EmbeddingError(
@@ -249,20 +295,32 @@ class BodyLimits:
         if scope["method"] not in self.BODY_METHODS:
             return await self.app(scope, receive, send)
         ctype = _header(scope, b"content-type")
-        if ctype is None:
-            scope = {**scope, "headers": [*scope.get("headers", ()), (b"content-type", b"application/json")]}
-        elif not _json_content_type(ctype):
+        if ctype is None or not _json_content_type(ctype):
+            shown = "no Content-Type" if ctype is None else f"Content-Type {ctype[:100]!r}"
             return await send_error(
                 send,
                 EmbeddingError(
                     ErrorKind.UNSUPPORTED_MEDIA_TYPE,
-                    f"Unsupported Content-Type {ctype[:100]!r}: send application/json (UTF-8).",
+                    f"Unsupported media type ({shown}): send `Content-Type: application/json` (UTF-8).",
                 ),
                 CLOSE,
             )
         body = bytearray()
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
-            message = await receive()
+            try:
+                message = await _receive_by(receive, deadline)
+            except asyncio.TimeoutError:
+                return await send_error(
+                    send,
+                    EmbeddingError(
+                        ErrorKind.TIMEOUT,
+                        f"The request body did not arrive within {self.timeout:g} s (--body-timeout).",
+                        code="request_timeout",
+                    ),
+                    CLOSE,
+                    status=408,
+                )
             if message["type"] == "http.disconnect":
                 return  # the client left before sending its body: nobody to answer
             body += message.get("body", b"")
@@ -289,6 +347,12 @@ class QueueFullGuard:
         if scope["type"] == "http" and scope["path"] in INFERENCE_ROUTES and not self.has_room():
             return await send_error(send, queue_full_error())
         await self.app(scope, receive, send)
+
+
+async def _receive_by(receive: Receive, deadline: Optional[float]) -> dict:
+    if deadline is None:
+        return await receive()
+    return await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
@@ -325,7 +389,7 @@ def install_middleware(app, server_args: ServerArgs, metrics: ServerMetrics, lif
         return tm is None or tm.has_room()
 
     app.add_middleware(QueueFullGuard, has_room=has_room)
-    app.add_middleware(BodyLimits, max_bytes=server_args.max_payload_bytes)
+    app.add_middleware(BodyLimits, max_bytes=server_args.max_payload_bytes, timeout=server_args.body_timeout)
     if server_args.api_key:
         app.add_middleware(ApiKeyAuth, api_key=server_args.api_key)
     app.add_middleware(DrainGuard, lifecycle=lifecycle)
@@ -347,6 +411,9 @@ def install_middleware(app, server_args: ServerArgs, metrics: ServerMetrics, lif
             routes.update(getattr(r, "path", "") for r in app.routes)
         return routes
 
+    allowed = allowed_hosts(server_args)
+    if allowed is not None:
+        app.add_middleware(HostGuard, allowed=allowed)
     if server_args.log_requests:  # asked for explicitly: logged even under --log-level warning
         request_log.setLevel(logging.INFO)
     app.add_middleware(RequestContext, metrics=metrics, routes=known_routes, log_requests=server_args.log_requests)

@@ -15,6 +15,7 @@ from typing import Callable, Optional
 
 import uvicorn
 
+from sglang.srt.entrypoints.http_protocol import ConnectionLimits, limited_protocol
 from sglang.srt.entrypoints.tls import tls_options
 from sglang.srt.server_args import ServerArgs
 
@@ -49,6 +50,22 @@ class UvicornServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
+class _GracefulTimeoutNote(logging.Filter):
+    """uvicorn logs the cancellation of requests at the graceful timeout as an ERROR; it is the
+    documented end of a drain (each request is answered 503), so it is logged at INFO."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.ERROR and str(record.msg).startswith("Cancel %s running task"):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+def _quiet_graceful_timeout() -> None:
+    log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _GracefulTimeoutNote) for f in log.filters):
+        log.addFilter(_GracefulTimeoutNote())
+
+
 def make_listen_socket(host: str, port: int, reuse_port: bool) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -70,13 +87,23 @@ def _loop_factory():
         return None
 
 
-def make_server(app, server_args: ServerArgs) -> UvicornServer:
+def make_server(app, server_args: ServerArgs, on_reject: Optional[Callable[[int], None]] = None) -> UvicornServer:
+    """uvicorn for `app` with the connection limits of http_protocol.py (`on_reject` is told the
+    status of each connection refused before it reached the app)."""
     # log_config=None: uvicorn's loggers go through ours (configure_logging), JSON included.
     # timeout_graceful_shutdown bounds the drain after SIGTERM/SIGINT; then remaining tasks are cancelled.
+    _quiet_graceful_timeout()
+    limits = ConnectionLimits(
+        max_connections=server_args.max_connections,
+        max_header_bytes=server_args.max_header_bytes,
+        header_timeout=server_args.header_timeout,
+        on_reject=on_reject,
+    )
     config = uvicorn.Config(
         app,
+        http=limited_protocol(limits),
         log_level=server_args.log_level,
-        timeout_keep_alive=30,
+        timeout_keep_alive=server_args.keep_alive_timeout,
         log_config=None,
         access_log=server_args.log_level == "debug",
         timeout_graceful_shutdown=server_args.graceful_timeout or None,

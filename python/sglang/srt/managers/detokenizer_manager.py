@@ -28,6 +28,7 @@ from sglang.srt.managers.request_tracing import trace_render
 from sglang.srt.managers.sparse_render import TokenTextFn, TokenTexts, render_sparse
 from sglang.srt.managers.token_render import render_token_ids, render_token_row, token_row
 from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.heartbeat import Heartbeat, heartbeat_interval, stage_name
 from sglang.srt.utils.logging_utils import configure_logging
 from sglang.srt.utils.msgcodec import decode, send
 from sglang.srt.utils.network import PortArgs, make_socket
@@ -146,15 +147,19 @@ def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, ready_
         w: make_socket(ctx, zmq.PUSH, port_args.tokenizer_output(w), bind=False)
         for w in range(server_args.tokenizer_worker_num)
     }
+    # Beats from a thread; holds one piece of work while it renders (utils/heartbeat.py).
+    heartbeat = Heartbeat(port_args.ipc_dir, stage_name(), heartbeat_interval(server_args.watchdog_timeout)).start()
     ready_pipe.send({"status": "ready"})
     ready_pipe.close()
     token_texts = TokenTexts(server_args.tokenizer_path, server_args.trust_remote_code)  # loaded on first use
     while True:
         frames = recv.recv_multipart(copy=False)
+        heartbeat.set_pending(1)
         try:
             out = decode(frames)
         except Exception as e:
             logger.exception("dropping an undecodable message: %s", e)
+            heartbeat.progressed(0)
             continue
         start = time.monotonic()
         try:
@@ -172,3 +177,4 @@ def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, ready_
             send(sock, result)
         if tracing.enabled:
             trace_render(tracing, out, start, time.monotonic())
+        heartbeat.progressed(0)

@@ -1,4 +1,9 @@
-"""The scheduler process: ZeroMQ in, Scheduler steps, ZeroMQ out. Blocks (0% CPU) when idle."""
+"""The scheduler process: ZeroMQ in, Scheduler steps, ZeroMQ out. Blocks (0% CPU) when idle.
+
+It also records its queue and batch metrics and keeps its heartbeat (utils/heartbeat.py): a
+thread beats while the process runs, and the loop says how much work it holds and when it last
+finished some, which is what the watchdog reads.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +17,11 @@ import zmq
 from sglang.srt.errors import ConfigError
 from sglang.srt.managers.io_struct import AbortReq, BatchTokenizedEmbeddingReqInput
 from sglang.srt.managers.scheduler import Scheduler
+from sglang.srt.metrics.scheduler_metrics import SchedulerMetrics
 from sglang.srt.model_executor.placement import ReplicaSlot
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.allocator import AllocatorPlan, SchedulerMemory
+from sglang.srt.utils.heartbeat import Heartbeat, heartbeat_interval, stage_name
 from sglang.srt.utils.logging_utils import configure_logging
 from sglang.srt.utils.msgcodec import decode, send
 from sglang.srt.utils.network import PortArgs, make_socket
@@ -58,10 +65,12 @@ def run_scheduler_process(
         logger.error("scheduler failed to start:\n%s", traceback.format_exc())
         ready_pipe.send({"status": "error", "message": f"{type(e).__name__}: {e}"})
         raise SystemExit(1)
+    heartbeat = Heartbeat(port_args.ipc_dir, stage_name(), heartbeat_interval(server_args.watchdog_timeout)).start()
     model_info = dataclasses.replace(runner.model_info(), memory=memory.info())
     ready_pipe.send({"status": "ready", "model_info": model_info})
     ready_pipe.close()
-    SchedulerLoop(scheduler, recv, send, memory.after_batch).run_forever()
+    metrics = SchedulerMetrics({"dp_rank": slot.dp_rank})  # one series per replica (--dp-size)
+    SchedulerLoop(scheduler, recv, send, memory.after_batch, metrics, heartbeat).run_forever()
 
 
 def replica_name(slot: ReplicaSlot) -> str:
@@ -76,11 +85,15 @@ class SchedulerLoop:
         recv: zmq.Socket,
         send: zmq.Socket,
         after_batch: Callable[[int], None] = lambda num_tokens: None,
+        metrics: Optional[SchedulerMetrics] = None,
+        heartbeat: Optional[Heartbeat] = None,
     ) -> None:
         self.scheduler = scheduler
         self.recv = recv
         self.send = send
         self.after_batch = after_batch  # the allocator's clean-up, given the batch's token count
+        self.metrics = metrics
+        self.heartbeat = heartbeat
         self.poller = zmq.Poller()
         self.poller.register(recv, zmq.POLLIN)
 
@@ -110,8 +123,23 @@ class SchedulerLoop:
             timeout_ms = -1 if wait is None else max(0, int(wait * 1000))
             self.poller.poll(timeout_ms)
             self._drain()
+            if self.heartbeat is not None:  # what it holds now, the batch about to run included
+                self.heartbeat.set_pending(len(self.scheduler.waiting))
             out, wait = self.scheduler.step()
             if out is not None:
                 send(self.send, out)
                 if out.batch_tokens:
                     self.after_batch(out.batch_tokens)
+            self._observe(out)
+
+    def _observe(self, out) -> None:
+        queued = len(self.scheduler.waiting)
+        if self.heartbeat is not None:
+            if out is not None:
+                self.heartbeat.progressed(queued)
+            else:
+                self.heartbeat.set_pending(queued)
+        if self.metrics is not None:
+            self.metrics.observe_queue(queued)  # aborts and expiries included: idle means 0
+            if out is not None and out.batch_size > 0:
+                self.metrics.observe_batch(out.batch_size, out.batch_tokens, out.inference_time)

@@ -103,6 +103,7 @@ class TokenizerManager:
         self.states: dict[str, tuple[ReqState, int]] = {}
         self.admission_limit = admission_limit(server_args)
         self.dead_reason: Optional[str] = None
+        self.closed = False
         self._result_task: Optional[asyncio.Task] = None
 
     # ----- lifecycle -----
@@ -112,8 +113,12 @@ class TokenizerManager:
             self._result_task = asyncio.get_running_loop().create_task(self._result_loop())
 
     async def close(self) -> None:
+        """Stop; requests cancelled at the graceful timeout may still be unwinding: from now on
+        their aborts are not sent (the engine stops next), so nothing touches the closed sockets."""
+        self.closed = True
         if self._result_task is not None:
             self._result_task.cancel()
+        await asyncio.sleep(0)  # let cancelled requests unwind first
         self.multimodal.close()
         self.ctx.destroy(linger=0)
 
@@ -163,9 +168,10 @@ class TokenizerManager:
         elif req.items is not None:  # {"text", "image"} items: images are loaded off the event loop
             prepared = await self.multimodal.prepare(req.items)
             tokenized = [(p.input_ids, None) for p in prepared]
-        elif _text_chars(req) > INLINE_TOKENIZE_CHARS:
+        elif _input_size(req) > INLINE_TOKENIZE_CHARS:
             # Megabytes of text take the tokenizer seconds; the Rust tokenizer releases the GIL, so
-            # a worker thread keeps the event loop (every other request, /health) responsive.
+            # a worker thread keeps the event loop (every other request, /health) responsive. A
+            # million token ids take numpy tens of milliseconds: off the loop too.
             tokenized = await asyncio.get_running_loop().run_in_executor(None, self.input_tokenizer.tokenize, req)
         else:
             tokenized = self.input_tokenizer.tokenize(req)
@@ -242,7 +248,7 @@ class TokenizerManager:
 
     def _abort(self, rids: list[str]) -> None:
         pending = [rid for rid in rids if self.states.pop(rid, None) is not None]
-        if pending and self.dead_reason is None:
+        if pending and self.dead_reason is None and not self.closed:
             # Fire and forget: the replicas drop whatever is still queued.
             self.router.abort(pending)
 
@@ -256,13 +262,6 @@ class TokenizerManager:
                 logger.exception("failed to handle a result message")
 
     def _dispatch(self, res: BatchEmbeddingResult) -> None:
-        self.metrics.observe_batch(
-            batch_size=res.batch_size,
-            batch_tokens=res.batch_tokens,
-            queue_length=res.queue_length,
-            forward_time=res.inference_time,
-            dp_rank=res.dp_rank,
-        )
         refused = [rid for rid, code in zip(res.rids, res.error_codes) if code == ErrorKind.QUEUE_FULL]
         # A replica whose queue share is full refused a part: it goes to another replica if one has room.
         retried = self.router.retry_refused(refused) if refused else ()
@@ -305,11 +304,14 @@ def admission_limit(server_args: ServerArgs) -> int:
     return sum(replica_capacities(server_args))
 
 
-INLINE_TOKENIZE_CHARS = 32_768  # beyond this many characters a request is tokenized off the event loop
+INLINE_TOKENIZE_CHARS = 32_768  # beyond this many characters (or token ids) a request is tokenized off the loop
 
 
-def _text_chars(req: EmbeddingReqInput) -> int:
+def _input_size(req: EmbeddingReqInput) -> int:
+    """Characters of text plus token ids: how much work tokenizing `req` is."""
     total = sum(len(t) for t in req.text) if req.text is not None else 0
+    if req.input_ids is not None:
+        total += sum(len(ids) for ids in req.input_ids)
     if getattr(req, "text_pairs", None) is not None:
         total += sum(len(a) + len(b) for a, b in req.text_pairs)
     return total

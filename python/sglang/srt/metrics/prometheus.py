@@ -1,188 +1,130 @@
-"""A minimal Prometheus text exposition (format 0.0.4): counters, gauges and fixed-bucket histograms.
+"""Counters, gauges and histograms on prometheus-client, summed over every process of a server.
 
-Written here rather than depending on prometheus_client: the server needs a dozen metrics updated
-from one event loop per process, which is a few dozen lines. Metrics are not locked; each process
-updates and renders its own registry from a single thread (its asyncio loop).
+A server runs prometheus-client's multiprocess mode: `enable_multiprocess(dir)` (launch.py, with
+a directory inside the server's private IPC directory, so it is new at every start and removed at
+shutdown) makes this process and every child spawned after it write its samples into files there,
+and `Registry.render` on any HTTP worker reads them all. One scrape therefore reports the whole
+server: every HTTP worker's requests and the scheduler's queue and batches. Outside a server
+(the offline Engine, unit tests) metrics stay in memory and a registry renders its own.
+
+The wrappers keep the project's small interface (`inc(**labels)`, `get(**labels)`, ...) so call
+sites do not touch `.labels(...)` children.
 """
 
 from __future__ import annotations
 
-import bisect
-import math
-import re
+import os
 from typing import Iterable, Optional, Sequence
 
+import prometheus_client
+from prometheus_client import CollectorRegistry, generate_latest, values
+from prometheus_client.multiprocess import MultiProcessCollector
+
+# The classic text format (generate_latest writes it); Prometheus scrapes it everywhere.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-_NAME_RE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
-_LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
-
-LabelValues = tuple[str, ...]
-
-
-def _escape_label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# No `*_created` series: the names and labels /metrics serves stay what docs/operations.md lists.
+prometheus_client.disable_created_metrics()
 
 
-def _escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
+def enable_multiprocess(directory: str) -> None:
+    """This process, and every process spawned after this call, write metrics under `directory`."""
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    os.environ[MULTIPROC_ENV] = directory
+    # prometheus-client picks its value store when first imported; pick again now that the
+    # directory is known (metrics created from here on write to it).
+    values.ValueClass = values.get_value_class()
 
 
-def format_value(v: float) -> str:
-    if math.isinf(v):
-        return "+Inf" if v > 0 else "-Inf"
-    if math.isnan(v):
-        return "NaN"
-    if float(v).is_integer() and abs(v) < 1e15:
-        return f"{int(v)}.0"
-    return repr(float(v))
-
-
-def _labels(names: Sequence[str], values: Sequence[str], extra: Optional[tuple[str, str]] = None) -> str:
-    pairs = [f'{n}="{_escape_label(v)}"' for n, v in zip(names, values)]
-    if extra is not None:
-        pairs.append(f'{extra[0]}="{extra[1]}"')
-    return "{" + ",".join(pairs) + "}" if pairs else ""
+def multiprocess_dir() -> Optional[str]:
+    return os.environ.get(MULTIPROC_ENV) or None
 
 
 class _Metric:
-    kind = ""
-
-    def __init__(self, name: str, help_text: str, labelnames: Sequence[str] = ()) -> None:
-        if not _NAME_RE.match(name):
-            raise ValueError(f"invalid metric name {name!r}")
-        for label in labelnames:
-            if not _LABEL_RE.match(label) or label == "le":
-                raise ValueError(f"invalid label name {label!r}")
-        self.name = name
-        self.help = help_text
+    def __init__(self, metric, labelnames: Sequence[str]) -> None:
+        self._metric = metric
         self.labelnames = tuple(labelnames)
 
-    def _key(self, labels: dict[str, str]) -> LabelValues:
+    def _child(self, labels: dict[str, str]):
         if set(labels) != set(self.labelnames):
-            raise ValueError(f"{self.name} takes labels {self.labelnames}, got {tuple(labels)}")
-        return tuple(str(labels[n]) for n in self.labelnames)
-
-    def header(self) -> list[str]:
-        return [f"# HELP {self.name} {_escape_help(self.help)}", f"# TYPE {self.name} {self.kind}"]
-
-    def samples(self) -> list[str]:
-        raise NotImplementedError
-
-    def render(self) -> list[str]:
-        return self.header() + self.samples()
+            raise ValueError(f"{self._metric._name} takes labels {self.labelnames}, got {tuple(labels)}")
+        if not self.labelnames:
+            return self._metric
+        return self._metric.labels(**{k: str(v) for k, v in labels.items()})
 
 
-class _ValueMetric(_Metric):
-    """One number per label set: what counters and gauges share."""
+class Counter(_Metric):
+    """A total that only goes up; the name ends in `_total`."""
 
-    def __init__(self, name: str, help_text: str, labelnames: Sequence[str] = ()) -> None:
-        super().__init__(name, help_text, labelnames)
-        self.values: dict[LabelValues, float] = {} if labelnames else {(): 0.0}
-
-    def _add(self, amount: float, labels: dict[str, str]) -> None:
-        key = self._key(labels)
-        self.values[key] = self.values.get(key, 0.0) + amount
-
-    def get(self, **labels: str) -> float:
-        return self.values.get(self._key(labels), 0.0)
-
-    def samples(self) -> list[str]:
-        return [f"{self.name}{_labels(self.labelnames, k)} {format_value(v)}" for k, v in sorted(self.values.items())]
-
-
-class Counter(_ValueMetric):
-    """A monotonically increasing total; the name must end in `_total`."""
-
-    kind = "counter"
-
-    def __init__(self, name: str, help_text: str, labelnames: Sequence[str] = ()) -> None:
+    def __init__(self, name: str, help_text: str, labelnames: Sequence[str] = (), registry=None) -> None:
         if not name.endswith("_total"):
             raise ValueError("counter names end in _total")
-        super().__init__(name, help_text, labelnames)
+        super().__init__(prometheus_client.Counter(name, help_text, labelnames, registry=registry), labelnames)
+        self.name = name
 
     def inc(self, amount: float = 1.0, **labels: str) -> None:
-        if amount < 0:
-            raise ValueError("counters only go up")
-        self._add(amount, labels)
+        self._child(labels).inc(amount)
+
+    def get(self, **labels: str) -> float:
+        return self._child(labels)._value.get()
 
 
-class Gauge(_ValueMetric):
-    """A value that goes up and down (set, inc, dec)."""
+class Gauge(_Metric):
+    """A value that goes up and down. `mode` says how the processes' values combine in a scrape
+    (prometheus-client's multiprocess_mode: `livesum` adds the processes that are alive)."""
 
-    kind = "gauge"
+    def __init__(
+        self, name: str, help_text: str, labelnames: Sequence[str] = (), registry=None, mode: str = "livesum"
+    ) -> None:
+        gauge = prometheus_client.Gauge(name, help_text, labelnames, registry=registry, multiprocess_mode=mode)
+        super().__init__(gauge, labelnames)
+        self.name = name
 
     def set(self, value: float, **labels: str) -> None:
-        self.values[self._key(labels)] = float(value)
+        self._child(labels).set(value)
 
     def inc(self, amount: float = 1.0, **labels: str) -> None:
-        self._add(amount, labels)
+        self._child(labels).inc(amount)
 
     def dec(self, amount: float = 1.0, **labels: str) -> None:
-        self._add(-amount, labels)
+        self._child(labels).dec(amount)
+
+    def get(self, **labels: str) -> float:
+        return self._child(labels)._value.get()
 
 
 class Histogram(_Metric):
     """Observations counted into fixed upper bounds (`le`), plus their sum and count."""
 
-    kind = "histogram"
-
-    def __init__(self, name: str, help_text: str, buckets: Iterable[float], labelnames: Sequence[str] = ()) -> None:
-        super().__init__(name, help_text, labelnames)
-        bounds = sorted(float(b) for b in buckets if not math.isinf(b))
-        if not bounds or len(set(bounds)) != len(bounds):
-            raise ValueError("histogram buckets must be distinct and non-empty")
-        self.bounds = bounds
-        # Per label set: [per-bucket counts (the last is +Inf), sum]
-        self.series: dict[LabelValues, tuple[list[int], list[float]]] = {}
-        if not labelnames:
-            self._series(())
-
-    def _series(self, key: LabelValues) -> tuple[list[int], list[float]]:
-        s = self.series.get(key)
-        if s is None:
-            s = self.series[key] = ([0] * (len(self.bounds) + 1), [0.0])
-        return s
+    def __init__(
+        self, name: str, help_text: str, buckets: Iterable[float], labelnames: Sequence[str] = (), registry=None
+    ) -> None:
+        bounds = sorted(float(b) for b in buckets)
+        hist = prometheus_client.Histogram(name, help_text, labelnames, registry=registry, buckets=bounds)
+        super().__init__(hist, labelnames)
+        self.name = name
 
     def observe(self, value: float, **labels: str) -> None:
-        counts, total = self._series(self._key(labels))
-        counts[bisect.bisect_left(self.bounds, value)] += 1
-        total[0] += value
+        self._child(labels).observe(value)
 
     def count(self, **labels: str) -> int:
-        s = self.series.get(self._key(labels))
-        return sum(s[0]) if s else 0
+        return int(sum(b.get() for b in self._child(labels)._buckets))
 
     def sum(self, **labels: str) -> float:
-        s = self.series.get(self._key(labels))
-        return s[1][0] if s else 0.0
-
-    def samples(self) -> list[str]:
-        lines = []
-        for key, (counts, total) in sorted(self.series.items()):
-            running = 0
-            for bound, n in zip(self.bounds + [math.inf], counts):
-                running += n
-                le = format_value(bound)
-                lines.append(f"{self.name}_bucket{_labels(self.labelnames, key, ('le', le))} {running}")
-            lines.append(f"{self.name}_sum{_labels(self.labelnames, key)} {format_value(total[0])}")
-            lines.append(f"{self.name}_count{_labels(self.labelnames, key)} {running}")
-        return lines
+        return self._child(labels)._sum.get()
 
 
 class Registry:
-    """The metrics of one process, rendered in registration order."""
+    """The metrics one component declares; `render` is what GET /metrics serves."""
 
     def __init__(self) -> None:
-        self.metrics: dict[str, _Metric] = {}
-
-    def register(self, metric: _Metric) -> _Metric:
-        if metric.name in self.metrics:
-            raise ValueError(f"metric {metric.name} registered twice")
-        self.metrics[metric.name] = metric
-        return metric
+        self.collectors = CollectorRegistry(auto_describe=True)
 
     def render(self) -> bytes:
-        lines: list[str] = []
-        for metric in self.metrics.values():
-            lines.extend(metric.render())
-        return ("\n".join(lines) + "\n").encode()
+        """The whole server's samples in multiprocess mode, else this registry's own."""
+        directory = multiprocess_dir()
+        if directory is None:
+            return generate_latest(self.collectors)
+        merged = CollectorRegistry()
+        MultiProcessCollector(merged, path=directory)
+        return generate_latest(merged)

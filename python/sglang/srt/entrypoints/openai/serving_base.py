@@ -18,9 +18,10 @@ RequestT = TypeVar("RequestT")
 
 
 def model_not_found(requested: str) -> EmbeddingError:
-    """OpenAI's 404 for a `model` this server does not serve."""
+    """OpenAI's 404 for a `model` this server does not serve (a long name is echoed shortened)."""
+    shown = requested if len(requested) <= 200 else requested[:200] + "..."
     return EmbeddingError(
-        ErrorKind.MODEL_NOT_FOUND, f"The model `{requested}` does not exist.", param="model", code="model_not_found"
+        ErrorKind.MODEL_NOT_FOUND, f"The model `{shown}` does not exist.", param="model", code="model_not_found"
     )
 
 

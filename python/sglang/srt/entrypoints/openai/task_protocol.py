@@ -10,7 +10,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-TextOrIdsInput = Union[StrictStr, list[StrictStr], list[StrictInt], list[list[StrictInt]]]
+from sglang.srt.entrypoints.openai.protocol import TextOrIdsInput
 
 
 class ClassifyRequest(BaseModel):

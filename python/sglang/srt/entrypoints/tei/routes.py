@@ -56,7 +56,7 @@ def tei_info(server_args: ServerArgs, model_info: ModelInfo, version: str) -> di
         )
         model_type = {"embedding": {"pooling": pooling}}
     return Info(
-        model_id=server_args.model_path,
+        model_id=server_args.shown_model_path,
         model_dtype=model_info.dtype,
         served_model_name=server_args.served_model_name,
         model_type=model_type,

@@ -1,0 +1,57 @@
+"""--allowed-hosts: which Host header values the server answers to (DNS rebinding; middleware.HostGuard).
+
+A web page can make a browser resolve its own domain to 127.0.0.1 and then talk to a server on
+the user's machine as a same-origin page; the one thing it cannot change is the Host header,
+which still carries the attacker's domain. A loopback-bound server therefore answers only to
+loopback names by default. Bound to any other address the server cannot guess the names it is
+reached by (a Kubernetes service, a load balancer), so by default it answers any Host there:
+name them with --allowed-hosts, and use --api-key on a server others can reach.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Optional
+
+from sglang.srt.server_args import ServerArgs
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+OPEN_PATHS = frozenset({"/health"})  # probes often use an IP; /health tells an attacker nothing
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def allowed_hosts(server_args: ServerArgs) -> Optional[list[str]]:
+    """The Host names this server answers to, or None for any (see the module docstring)."""
+    if server_args.allowed_hosts is not None:
+        return None if "*" in server_args.allowed_hosts else list(server_args.allowed_hosts)
+    if is_loopback(server_args.host):
+        return sorted({*LOOPBACK_NAMES, server_args.host.strip("[]").lower()})
+    return None
+
+
+def host_name(header: str) -> str:
+    """The name part of a Host header value: no port, no IPv6 brackets, lower case."""
+    value = header.strip().lower()
+    if value.startswith("["):
+        return value[1 : value.find("]")] if "]" in value else value
+    if value.count(":") == 1:
+        value = value.split(":", 1)[0]
+    return value.rstrip(".")
+
+
+def host_allowed(name: str, allowed: list[str]) -> bool:
+    for pattern in allowed:
+        if pattern.startswith("*."):
+            if name.endswith(pattern[1:]) and len(name) > len(pattern) - 1:
+                return True
+        elif name == host_name(pattern):
+            return True
+    return False
