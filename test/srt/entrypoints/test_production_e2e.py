@@ -1,5 +1,5 @@
 """One server configured almost entirely by SGLANG_* variables: mutual TLS on two HTTP workers,
-OpenTelemetry traces to a local OTLP/HTTP receiver, JSON request logs with trace ids, and the
+OpenTelemetry traces to a local OTLP/HTTP receiver, JSON logs with trace ids (HTTP and scheduler), and the
 `sglang health` probe the images use as their HEALTHCHECK."""
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ def setup(tmp_path_factory):
         "SGLANG_MAX_QUEUE_DELAY": "0.002",
         "SGLANG_LOG_FORMAT": "json",
         "SGLANG_LOG_REQUESTS": "yes",
+        "SGLANG_LOG_LEVEL": "debug",  # the scheduler's per-batch line (DEBUG) names its traces
         "SGLANG_CORS_ALLOW_ORIGIN": "https://a.example,https://b.example",
         "SGLANG_PORT": "1",  # the --port flag ServerProcess passes wins over the variable
         "OTEL_BSP_SCHEDULE_DELAY": "100",
@@ -173,6 +174,12 @@ def test_one_trace_per_request_across_the_three_processes(setup):
     # The request's JSON log line names its trace.
     (line,) = [ln for ln in _log_lines(server) if ln.get("request_id") == "traced-req-1"]
     assert line["trace_id"] == CLIENT_TRACE_ID and line["span_id"] == http_span.span_id
+    # So does the scheduler's line for each batch that served it, with the forward span's batch id.
+    batch_lines = [
+        ln for ln in _log_lines(server) if ln["process"] == "scheduler" and CLIENT_TRACE_ID in ln.get("trace_ids", ())
+    ]
+    assert {ln["batch_id"] for ln in batch_lines} == {f.attributes["sglang.batch.id"] for f in forwards}
+    assert all(ln["message"].startswith("batch of ") for ln in batch_lines)
 
 
 def test_request_without_traceparent_starts_its_own_trace_and_probes_are_not_traced(setup):

@@ -24,7 +24,7 @@ from sglang.srt.managers.io_struct import (
     BatchEmbeddingOutput,
     BatchEmbeddingResult,
 )
-from sglang.srt.managers.request_tracing import trace_render
+from sglang.srt.managers.request_tracing import log_fields, trace_render
 from sglang.srt.managers.sparse_render import TokenTextFn, TokenTexts, render_sparse
 from sglang.srt.managers.token_render import render_token_ids, render_token_row, token_row
 from sglang.srt.server_args import ServerArgs
@@ -135,6 +135,31 @@ def render_output(
     return dict(per_worker)
 
 
+def render_or_fail(
+    out: BatchEmbeddingOutput, token_texts: Optional[TokenTextFn] = None
+) -> dict[int, BatchEmbeddingResult]:
+    """render_output, or when rendering fails (a bug) an internal error for every row of the
+    batch rather than requests left hanging; the log line names the batch's traces."""
+    try:
+        return render_output(out, token_texts)
+    except Exception as e:
+        logger.exception("failed to render an output: %s", e, extra=output_log_extra(out))
+        out.error_codes = [ErrorKind.INTERNAL] * len(out.rids)
+        out.error_messages = [f"Internal error while rendering the embedding: {e}"] * len(out.rids)
+        return render_output(out)
+
+
+def output_log_extra(out: BatchEmbeddingOutput, worker_id: Optional[int] = None) -> Optional[dict]:
+    """The trace ids (and batch id) of a log line about an output's rows (only `worker_id`'s when
+    given); None when nothing in it is traced (tracing off)."""
+    if not out.trace_contexts:
+        return None
+    contexts = out.trace_contexts
+    if worker_id is not None:
+        contexts = [tp for tp, w in zip(contexts, out.worker_ids) if w == worker_id]
+    return log_fields(contexts, out.batch_id)
+
+
 def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, ready_pipe, parent_pid: int) -> None:
     on_stop: list = []
     prepare_child_process(parent_pid, port_args.ipc_dir, on_stop)
@@ -162,17 +187,13 @@ def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, ready_
             heartbeat.progressed(0)
             continue
         start = time.monotonic()
-        try:
-            results = render_output(out, token_texts)
-        except Exception as e:  # answer every request of the batch rather than leave it hanging
-            logger.exception("failed to render an output: %s", e)
-            out.error_codes = [ErrorKind.INTERNAL] * len(out.rids)
-            out.error_messages = [f"Internal error while rendering the embedding: {e}"] * len(out.rids)
-            results = render_output(out)
+        results = render_or_fail(out, token_texts)
         for worker_id, result in results.items():
             sock = senders.get(worker_id)
             if sock is None:
-                logger.error("result for unknown tokenizer worker %d dropped", worker_id)
+                logger.error(
+                    "result for unknown tokenizer worker %d dropped", worker_id, extra=output_log_extra(out, worker_id)
+                )
                 continue
             send(sock, result)
         if tracing.enabled:

@@ -184,6 +184,8 @@ class BatchEmbeddingOutput:
     endianness: Optional[list[str]] = None
     # Per row: the request's traceparent, for the detokenizer's render spans. None: nothing traced.
     trace_contexts: Optional[list[Optional[str]]] = None
+    # The forward pass's id (request_tracing.new_batch_id) when tracing is on: its spans and log lines.
+    batch_id: Optional[str] = None
 
     @staticmethod
     def failure(

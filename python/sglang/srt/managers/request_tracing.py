@@ -5,6 +5,9 @@ request (each distinct traceparent) gets its own `queue` and `forward` span per 
 it, in its own trace, all with the batch's size, tokens and `sglang.batch.id`, so one trace shows
 the whole life of one request and the batch id finds the requests that shared a forward pass.
 Only called when tracing is on.
+
+The scheduler's and detokenizer's log lines about requests name them by trace id (`log_fields`):
+those processes have no current span, so the fields go on the line explicitly.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections import defaultdict
-from typing import Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 from sglang.srt.managers.io_struct import BatchEmbeddingOutput, TokenizedEmbeddingReqInput
 from sglang.srt.utils.tracing import Tracing
@@ -27,6 +30,28 @@ def group_by_trace(contexts: Sequence[Optional[str]]) -> dict[str, list[int]]:
     return dict(groups)
 
 
+def trace_id_of(traceparent: str) -> str:
+    """The 32-hex trace id of a W3C traceparent (version-traceid-spanid-flags)."""
+    return traceparent.split("-")[1]
+
+
+def new_batch_id() -> str:
+    """The id of one forward pass: `sglang.batch.id` on its spans, `batch_id` on its log lines."""
+    return uuid.uuid4().hex[:16]
+
+
+def log_fields(contexts: Sequence[Optional[str]], batch_id: Optional[str] = None) -> dict[str, Any]:
+    """`extra=` for a log line about these rows: `trace_id` when they belong to one trace (one
+    request), else `trace_ids` (distinct, first-seen order); a forward batch's line always has
+    `trace_ids` and its `batch_id`. Untraced rows add nothing."""
+    ids = list(dict.fromkeys(trace_id_of(tp) for tp in contexts if tp is not None))
+    if batch_id is not None:
+        return {"trace_ids": ids, "batch_id": batch_id}
+    if len(ids) == 1:
+        return {"trace_id": ids[0]}
+    return {"trace_ids": ids} if ids else {}
+
+
 def trace_contexts(reqs: Sequence[TokenizedEmbeddingReqInput]) -> Optional[list[Optional[str]]]:
     """The per-row traceparents for an output message, or None when no input is traced."""
     contexts = [r.trace_context for r in reqs]
@@ -39,10 +64,11 @@ def trace_batch(
     start: float,
     end: float,
     error: Optional[str] = None,
+    batch_id: Optional[str] = None,
 ) -> None:
     """Scheduler: `queue` (earliest arrival -> forward start) and `forward` spans per request."""
     batch_attrs = {
-        "sglang.batch.id": uuid.uuid4().hex[:16],
+        "sglang.batch.id": batch_id or new_batch_id(),
         "sglang.batch.size": len(reqs),
         "sglang.batch.tokens": sum(r.num_tokens for r in reqs),
     }
@@ -66,9 +92,10 @@ def trace_render(tracing: Tracing, out: BatchEmbeddingOutput, start: float, end:
         return
     for tp, rows in group_by_trace(out.trace_contexts).items():
         formats = sorted({out.encoding_formats[i] for i in rows})
-        tracing.record(
-            "render", tp, start, end, {"sglang.inputs": len(rows), "sglang.encoding_format": ",".join(formats)}
-        )
+        attrs = {"sglang.inputs": len(rows), "sglang.encoding_format": ",".join(formats)}
+        if out.batch_id is not None:
+            attrs["sglang.batch.id"] = out.batch_id
+        tracing.record("render", tp, start, end, attrs)
 
 
 @contextlib.contextmanager

@@ -20,7 +20,7 @@ import numpy as np
 from sglang.srt.errors import QUEUE_FULL_MESSAGE, REQUEST_TIMEOUT_MESSAGE, ErrorKind
 from sglang.srt.managers.dp_policy import replica_queue_sizes
 from sglang.srt.managers.io_struct import BatchEmbeddingOutput, TokenizedEmbeddingReqInput
-from sglang.srt.managers.request_tracing import trace_batch, trace_contexts, trace_refused
+from sglang.srt.managers.request_tracing import log_fields, new_batch_id, trace_batch, trace_contexts, trace_refused
 from sglang.srt.managers.schedule_policy import BatchBudget, next_batch
 from sglang.srt.model_executor.forward_io import ForwardFn, ForwardOutput
 from sglang.srt.server_args import ServerArgs
@@ -66,17 +66,28 @@ class Scheduler:
         if rejected:
             if self.tracing.enabled:
                 trace_refused(self.tracing, rejected, self.clock(), "queue full")
+            logger.debug(
+                "refused %d inputs: the queue is full (%d waiting)",
+                len(rejected),
+                len(self.waiting),
+                extra=self._log_extra(rejected),
+            )
             return BatchEmbeddingOutput.failure(
                 rejected, ErrorKind.QUEUE_FULL, QUEUE_FULL_MESSAGE, queue_length=len(self.waiting), dp_rank=self.dp_rank
             )
         return None
 
     def abort(self, rids: list[str]) -> int:
-        removed = 0
-        for rid in rids:
-            if self.waiting.pop(rid, None) is not None:
-                removed += 1
-        return removed
+        removed = [req for req in (self.waiting.pop(rid, None) for rid in rids) if req is not None]
+        if removed:
+            logger.debug("aborted %d queued inputs", len(removed), extra=self._log_extra(removed))
+        return len(removed)
+
+    def _log_extra(self, reqs: list[TokenizedEmbeddingReqInput], batch_id: Optional[str] = None) -> Optional[dict]:
+        """The trace ids of a log line about `reqs` (request_tracing.log_fields); None when off."""
+        if not self.tracing.enabled:
+            return None
+        return log_fields([r.trace_context for r in reqs], batch_id)
 
     # ----- stepping -----
     def step(self) -> tuple[Optional[BatchEmbeddingOutput], Optional[float]]:
@@ -88,6 +99,12 @@ class Scheduler:
         if expired:
             if self.tracing.enabled:
                 trace_refused(self.tracing, expired, now, "timed out in the queue (--request-timeout)")
+            logger.debug(
+                "%d inputs waited past --request-timeout %g s; failing them",
+                len(expired),
+                self.request_timeout,
+                extra=self._log_extra(expired),
+            )
             out = BatchEmbeddingOutput.failure(
                 expired,
                 ErrorKind.TIMEOUT,
@@ -128,13 +145,20 @@ class Scheduler:
         return expired
 
     def run_batch(self, reqs: list[TokenizedEmbeddingReqInput]) -> BatchEmbeddingOutput:
+        batch_id = new_batch_id() if self.tracing.enabled else None
         start = self.clock()
         try:
             vectors = self.forward_fn(reqs)
         except Exception as e:  # a failing forward fails only its own requests
-            logger.error("forward pass failed for %d requests: %s\n%s", len(reqs), e, traceback.format_exc())
+            logger.error(
+                "forward pass failed for %d requests: %s\n%s",
+                len(reqs),
+                e,
+                traceback.format_exc(),
+                extra=self._log_extra(reqs, batch_id),
+            )
             if self.tracing.enabled:
-                trace_batch(self.tracing, reqs, start, self.clock(), error=f"{type(e).__name__}: {e}")
+                trace_batch(self.tracing, reqs, start, self.clock(), f"{type(e).__name__}: {e}", batch_id)
             return BatchEmbeddingOutput.failure(
                 reqs,
                 ErrorKind.INTERNAL,
@@ -144,16 +168,18 @@ class Scheduler:
             )
         elapsed = self.clock() - start
         if self.tracing.enabled:
-            trace_batch(self.tracing, reqs, start, start + elapsed)
+            trace_batch(self.tracing, reqs, start, start + elapsed, batch_id=batch_id)
         n = len(reqs)
         tokens = sum(r.num_tokens for r in reqs)
-        logger.debug(
-            "batch of %d inputs, %d tokens: forward %.1f ms, %d still queued",
-            n,
-            tokens,
-            elapsed * 1000,
-            len(self.waiting),
-        )
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "batch of %d inputs, %d tokens: forward %.1f ms, %d still queued",
+                n,
+                tokens,
+                elapsed * 1000,
+                len(self.waiting),
+                extra=self._log_extra(reqs, batch_id),
+            )
         out = vectors if isinstance(vectors, ForwardOutput) else ForwardOutput(vectors)
         return BatchEmbeddingOutput(
             rids=[r.rid for r in reqs],
@@ -182,4 +208,5 @@ class Scheduler:
             embed_dtypes=[r.embed_dtype for r in reqs],
             endianness=[r.endianness for r in reqs],
             trace_contexts=trace_contexts(reqs) if self.tracing.enabled else None,
+            batch_id=batch_id,
         )

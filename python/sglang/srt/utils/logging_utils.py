@@ -3,7 +3,9 @@
 `--log-format json` is for log shippers: each line is a self-contained JSON object with `time`,
 `level`, `process` and `message`, plus the fields a caller passes as `extra={"fields": {...}}`
 (the per-request line of `--log-requests` uses that). With tracing on, lines logged while a
-request's span is current also carry `trace_id` and `span_id` (utils/tracing.py).
+request's span is current also carry `trace_id` and `span_id` (utils/tracing.py); the scheduler's
+and detokenizer's lines about requests carry `trace_id`, or `trace_ids` and `batch_id` for a
+batch, passed as `extra=` (managers/request_tracing.log_fields).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 import orjson
 
 REQUEST_LOGGER = "sglang.request"
-TRACE_FIELDS = ("trace_id", "span_id")
+TRACE_FIELDS = ("trace_id", "span_id", "trace_ids", "batch_id")
 
 
 class JsonFormatter(logging.Formatter):
@@ -37,7 +39,7 @@ class JsonFormatter(logging.Formatter):
         if isinstance(fields, dict):
             for k, v in fields.items():
                 out.setdefault(k, v)
-        for key in TRACE_FIELDS:  # stamped by utils/tracing.TraceLogFilter when tracing is on
+        for key in TRACE_FIELDS:  # stamped by utils/tracing.TraceLogFilter or passed as extra=
             value = getattr(record, key, None)
             if value is not None:
                 out[key] = value
@@ -54,9 +56,10 @@ class TextFormatter(logging.Formatter):
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict) and fields:
             line += " " + " ".join(f"{k}={_text_value(v)}" for k, v in fields.items() if v is not None)
-        trace_id = getattr(record, "trace_id", None)
-        if trace_id is not None:
-            line += f" trace_id={trace_id}"
+        for key in ("trace_id", "trace_ids", "batch_id"):
+            value = getattr(record, key, None)
+            if value is not None:
+                line += f" {key}={','.join(value) if isinstance(value, list) else value}"
         return line
 
 
