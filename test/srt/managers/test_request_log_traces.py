@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from sglang.srt.errors import ErrorKind
-from sglang.srt.managers.detokenizer_manager import render_or_fail
+from sglang.srt.managers.detokenizer_manager import output_log_extra, render_or_fail
 from sglang.srt.managers.io_struct import FORMAT_SPARSE_DICT, TokenizedEmbeddingReqInput
 from sglang.srt.managers.request_tracing import log_fields
 from sglang.srt.managers.scheduler import Scheduler
@@ -156,6 +156,10 @@ def test_detokenizer_render_failure_names_the_batch_and_answers_every_row(lines,
     (line,) = lines.matching("failed to render an output")
     assert line["trace_ids"] == [TRACE_A, TRACE_B] and line["batch_id"] == out.batch_id
     assert "exception" in line
+    # A line about one tokenizer worker's rows (e.g. a result for an unknown worker) names only theirs.
+    assert output_log_extra(out, 1) == {"trace_ids": [TRACE_B], "batch_id": out.batch_id}
+    out.trace_contexts = None  # tracing off: nothing
+    assert output_log_extra(out) is None
 
 
 def test_text_format_prints_the_trace_fields():
