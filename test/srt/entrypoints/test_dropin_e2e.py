@@ -143,10 +143,30 @@ def test_normalize_false_and_embed_dtype(server, st):
 
 
 def test_vllm_pooling_tokenize_detokenize(server, st):
-    r = _post(server, "/pooling", {"model": NAME, "input": "vLLM is great!"}).json()
+    # No task: vLLM's token_embed on an embedding model, one L2-normalized vector per token, which
+    # are /embed_all's hidden states normalized row by row.
+    text = "vLLM is great!"
+    r = _post(server, "/pooling", {"model": NAME, "input": text}).json()
     assert r["object"] == "list" and r["data"][0]["object"] == "pooling" and r["id"].startswith("pool-")
-    np.testing.assert_allclose(_floats(r["data"][0]["data"]), st.encode(["vLLM is great!"])[0], atol=1e-5)
-    assert _post(server, "/pooling", {"input": "x", "task": "token_embed"}).status_code == 400
+    (hidden,) = _post(server, "/embed_all", {"inputs": text}).json()
+    hidden = _floats(hidden)
+    rows = _floats(r["data"][0]["data"])
+    assert rows.shape == hidden.shape and r["usage"]["prompt_tokens"] == len(hidden)
+    np.testing.assert_allclose(rows, hidden / np.linalg.norm(hidden, axis=1, keepdims=True), atol=1e-5)
+    same = _post(server, "/pooling", {"input": [text, "x"], "task": "token_embed", "normalize": False}).json()
+    np.testing.assert_allclose(_floats(same["data"][0]["data"]), hidden, atol=1e-5)
+    assert len(same["data"][1]["data"]) == 3  # [CLS] x [SEP]
+    cut = _post(server, "/pooling", {"input": text, "dimensions": 384, "encoding_format": "base64"}).json()
+    flat = np.frombuffer(base64.b64decode(cut["data"][0]["data"]), "<f4").reshape(rows.shape)  # row-major bytes
+    np.testing.assert_allclose(flat, rows, atol=1e-6)
+    # task embed: one sentence-transformers vector per input, as before
+    r = _post(server, "/pooling", {"input": text, "task": "embed"}).json()
+    np.testing.assert_allclose(_floats(r["data"][0]["data"]), st.encode([text])[0], atol=1e-5)
+    refused = _post(server, "/pooling", {"input": "x", "task": "token_classify"})
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "task"
+    assert "token_classify" in refused.json()["error"]["message"]
+    multi = _post(server, "/pooling", {"input": "x", "multi_vector": True})
+    assert multi.status_code == 400 and multi.json()["error"]["param"] == "multi_vector"
     tok = _post(server, "/tokenize", {"model": NAME, "prompt": "hello world", "return_token_strs": True}).json()
     assert tok == {
         "count": 4,

@@ -42,6 +42,15 @@ def _error(resp: requests.Response, status: int, param=None) -> str:
     return err["message"]
 
 
+def _tei_error(resp: requests.Response, status: int, error_type: str, names: str) -> str:
+    """TEI's `{"error": str, "error_type": str}`; the message names `names`."""
+    assert resp.status_code == status, resp.text
+    body = resp.json()
+    assert set(body) == {"error", "error_type"} and body["error_type"] == error_type, body
+    assert names in body["error"], body
+    return body["error"]
+
+
 @pytest.fixture(scope="module")
 def cross_encoder(tmp_path_factory):
     d = build_tiny_bert_task(str(tmp_path_factory.mktemp("ce")), "seq_cls", num_labels=1, id2label={0: "relevant"})
@@ -135,11 +144,16 @@ def test_classify_labels_match_transformers(classifier):
         ("/v1/classify", {"input": {"text": "x"}}, 400, "input"),
         ("/v1/classify", {"input": "x", "model": "other"}, 404, "model"),
         ("/v1/rerank", {"query": QUERY, "documents": DOCS}, 400, "model"),  # 3 labels: not a reranker
-        ("/embed_sparse", {"inputs": "x"}, 400, "model"),  # no sparse head
     ],
 )
 def test_classifier_bad_inputs(classifier, path, payload, status, param):
     _error(_post(classifier, path, payload), status, param)
+
+
+def test_tei_routes_refuse_a_classifier_as_tei_does(classifier):
+    # TEI's 424 Backend: the model cannot do what the route does.
+    _tei_error(_post(classifier, "/embed_sparse", {"inputs": "x"}), 424, "Backend", "no sparse head")
+    _tei_error(_post(classifier, "/embed_all", {"inputs": "x"}), 424, "Backend", "is a classifier")
 
 
 def test_embed_sparse_is_tei_shaped_with_optional_texts(sparse):
@@ -170,17 +184,17 @@ def test_embeddings_answer_sparse_dicts(sparse):
 
 
 @pytest.mark.parametrize(
-    "payload, param",
+    "payload, status, error_type, names",
     [
-        ({"inputs": []}, "inputs"),
-        ({"inputs": [""]}, "input"),
-        ({"inputs": 5}, "inputs"),
-        ({}, "inputs"),
-        ({"inputs": "x", "return_text": "yes"}, "return_text"),
+        ({"inputs": []}, 400, "Empty", "`inputs` cannot be empty"),
+        ({"inputs": [""]}, 400, "Empty", "`inputs` cannot be empty"),
+        ({"inputs": 5}, 422, "Validation", "'inputs' must be a string or a list of strings"),
+        ({}, 422, "Validation", "inputs"),
+        ({"inputs": "x", "return_text": "yes"}, 422, "Validation", "return_text"),
     ],
 )
-def test_embed_sparse_bad_inputs(sparse, payload, param):
-    _error(_post(sparse, "/embed_sparse", payload), 400, param)
+def test_embed_sparse_bad_inputs(sparse, payload, status, error_type, names):
+    _tei_error(_post(sparse, "/embed_sparse", payload), status, error_type, names)
     _error(_post(sparse, "/v1/classify", {"input": "x"}), 400, "model")
 
 

@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.entrypoints.compat_routes import add_compat_routes, model_card
-from sglang.srt.entrypoints.error_styles import ErrorStyles
+from sglang.srt.entrypoints.error_styles import ErrorStyles, tei_style
 from sglang.srt.entrypoints.http_errors import HTTP_STATUS, HttpError
 from sglang.srt.entrypoints.json_body import JsonBodyRoute
 from sglang.srt.entrypoints.middleware import UNMATCHED_ROUTE, ServerLifecycle, install_middleware, request_state
@@ -55,6 +55,7 @@ from sglang.srt.utils.tracing import Tracing
 logger = logging.getLogger(__name__)
 
 _ERROR_RESPONSES = {status: {"model": ErrorResponse} for status in sorted(set(HTTP_STATUS.values()))}
+_TEI_ERRORS = {422: {"description": "TEI error: {error, error_type}"}}
 
 
 def json_response(body: bytes | dict, status: int = 200, headers: Optional[dict] = None) -> Response:
@@ -173,6 +174,7 @@ def create_app(
     metrics = app.state.metrics = ServerMetrics()
     app.state.lifecycle = ServerLifecycle()
     styles = app.state.error_styles = ErrorStyles()  # peers' routes answer errors in their own shape
+    styles.register(tei_style, "/embed_sparse", "/embed_all")  # TEI's routes served here
     install_middleware(app, server_args, metrics, app.state.lifecycle)
     tracing = Tracing.start(server_args.enable_trace, server_args.otlp_traces_endpoint, f"http-{worker_id}")
     if tracing.enabled:  # outermost: the request-log line and every other span belong to its span
@@ -280,11 +282,11 @@ def create_app(
     async def rerank(request: RerankRequest, raw: Request):
         return await serve_task(raw, lambda rid: app.state.rerank.handle(request, rid))
 
-    @app.post("/embed_sparse", responses={200: {"model": list[list[SparseValue]]}, **_ERROR_RESPONSES})
+    @app.post("/embed_sparse", responses={200: {"model": list[list[SparseValue]]}, **_TEI_ERRORS})
     async def embed_sparse(request: SparseEmbedRequest, raw: Request):
         return await serve_task(raw, lambda rid: app.state.sparse.handle(request, rid))
 
-    @app.post("/embed_all", responses={200: {"model": list[list[list[float]]]}, **_ERROR_RESPONSES})
+    @app.post("/embed_all", responses={200: {"model": list[list[list[float]]]}, **_TEI_ERRORS})
     async def embed_all(request: EmbedAllRequest, raw: Request):
         return await serve_task(raw, lambda rid: app.state.embed_all.handle(request, rid))
 

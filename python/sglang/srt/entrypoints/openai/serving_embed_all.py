@@ -4,15 +4,16 @@ TEI answers `[[[f32, ...], ...], ...]`: per input, one vector per token ([CLS] a
 included), no pooling, no normalization. `truncate` / `truncation_direction` and `prompt_name`
 apply as on TEI's /embed (entrypoints/embed_options.py). The vectors are the backbone's last hidden states (for
 a ColBERT checkpoint too: its projected, normalized vectors are /v1/embeddings' multi-vector
-output).
+output). Errors come in TEI's `{"error", "error_type"}` shape (entrypoints/error_styles.py).
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-from sglang.srt.configs.model_info import VISION_IMAGE_TEXT
+from sglang.srt.configs.model_info import VISION_IMAGE_TEXT, ModelInfo
 from sglang.srt.entrypoints.embed_options import set_prompt, set_truncation_tei
+from sglang.srt.entrypoints.error_styles import TeiError, tei_empty
 from sglang.srt.entrypoints.inputs import normalize_input
 from sglang.srt.entrypoints.openai.serving_base import OpenAIServingBase
 from sglang.srt.entrypoints.openai.task_protocol import EmbedAllRequest
@@ -22,23 +23,44 @@ from sglang.srt.managers.io_struct import FORMAT_FLOAT, EmbeddingReqInput
 from sglang.srt.managers.tokenizer_manager import EmbeddingResult
 
 
+def check_per_token_model(model_info: ModelInfo, served: str, route: str) -> None:
+    """The models whose every token's hidden state can be served (/embed_all, vLLM's /pooling
+    `token_embed`): text encoders and decoders, not classifiers or CLIP / SigLIP (TEI's 424 Backend
+    on TEI's routes)."""
+    if model_info.is_classifier:
+        raise EmbeddingError(
+            ErrorKind.INVALID_REQUEST,
+            f"Model '{served}' is a classifier; {route} serves embedding models.",
+            param="model",
+        )
+    if model_info.vision is not None and model_info.vision.kind == VISION_IMAGE_TEXT:
+        raise EmbeddingError(
+            ErrorKind.INVALID_REQUEST,
+            f"Model '{served}' is a text-image model (CLIP / SigLIP) with one vector per input; {route} serves "
+            "text encoders.",
+            param="model",
+        )
+
+
+def serves_per_token(model_info: ModelInfo) -> bool:
+    try:
+        check_per_token_model(model_info, "", "")
+    except EmbeddingError:
+        return False
+    return True
+
+
 class ServingEmbedAll(OpenAIServingBase[EmbedAllRequest]):
     endpoint = "/embed_all"
 
     def validate(self, request: EmbedAllRequest) -> None:
-        if self.tm.model_info.is_classifier:
-            raise EmbeddingError(
-                ErrorKind.INVALID_REQUEST,
-                f"Model '{self.served_model_name}' is a classifier; /embed_all serves embedding models.",
-                param="model",
-            )
-        if self.tm.model_info.vision is not None and self.tm.model_info.vision.kind == VISION_IMAGE_TEXT:
-            raise EmbeddingError(
-                ErrorKind.INVALID_REQUEST,
-                f"Model '{self.served_model_name}' is a text-image model (CLIP / SigLIP) with one vector per "
-                "input; /embed_all serves text encoders.",
-                param="model",
-            )
+        try:
+            check_per_token_model(self.tm.model_info, self.served_model_name, self.endpoint)
+        except EmbeddingError as e:  # TEI: the model cannot do what the route does
+            raise TeiError(e.message, 424, "Backend", param="model") from None
+        inputs = request.inputs
+        if inputs == [] or inputs == "" or (isinstance(inputs, list) and any(x == "" or x == [] for x in inputs)):
+            raise tei_empty("inputs")
 
     def convert(self, request: EmbedAllRequest) -> EmbeddingReqInput:
         req, _ = normalize_input(request.inputs, encoding_format=FORMAT_FLOAT)

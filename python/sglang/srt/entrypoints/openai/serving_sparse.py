@@ -3,16 +3,16 @@
 TEI answers `[[{"index": token_id, "value": weight}, ...], ...]`, one list per input (also for a
 single string). `return_text: true` adds each token's vocabulary string (rendered by the
 detokenizer). /v1/embeddings on a sparse model answers each `embedding` as a `{"token_id":
-weight}` object, as SGLang does.
+weight}` object, as SGLang does. Errors come in TEI's `{"error", "error_type"}` shape.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
+from sglang.srt.entrypoints.error_styles import TeiError, tei_empty
 from sglang.srt.entrypoints.openai.serving_base import OpenAIServingBase
 from sglang.srt.entrypoints.openai.task_protocol import SparseEmbedRequest
-from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import FORMAT_SPARSE_TEI, FORMAT_SPARSE_TEI_TEXT, EmbeddingReqInput
 from sglang.srt.managers.tokenizer_manager import EmbeddingResult
 
@@ -21,19 +21,21 @@ class ServingSparseEmbedding(OpenAIServingBase[SparseEmbedRequest]):
     endpoint = "/embed_sparse"
 
     def validate(self, request: SparseEmbedRequest) -> None:
-        # TEI's request names no model.
+        # TEI's request names no model; a model without a sparse head is TEI's 424 Backend.
         if not self.tm.model_info.sparse_head:
-            raise EmbeddingError(
-                ErrorKind.INVALID_REQUEST,
+            raise TeiError(
                 f"Model '{self.served_model_name}' has no sparse head; "
                 "serve a SPLADE or bge-m3 checkpoint, or pass --sparse-head.",
+                424,
+                "Backend",
                 param="model",
             )
+        texts = [request.inputs] if isinstance(request.inputs, str) else request.inputs
+        if not texts or any(t == "" for t in texts):
+            raise tei_empty("inputs")
 
     def convert(self, request: SparseEmbedRequest) -> EmbeddingReqInput:
         texts = [request.inputs] if isinstance(request.inputs, str) else list(request.inputs)
-        if not texts:
-            raise EmbeddingError(ErrorKind.INVALID_REQUEST, "Input cannot be empty.", param="inputs")
         fmt = FORMAT_SPARSE_TEI_TEXT if request.return_text else FORMAT_SPARSE_TEI
         return EmbeddingReqInput(text=texts, encoding_format=fmt)
 

@@ -11,14 +11,16 @@ from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest
 
 class PoolingRequest(EmbeddingRequest):
     task: Optional[StrictStr] = Field(
-        None, description="embed (default for embedding models) or classify (default for classifiers)."
+        None,
+        description="token_embed (default for embedding models: one vector per token), embed (one vector "
+        "per input) or classify (default for classifiers).",
     )
 
 
 class PoolingData(BaseModel):
     index: int
     object: Literal["pooling"] = "pooling"
-    data: Union[list[float], str]
+    data: Union[list[list[float]], list[float], str]
 
 
 class PoolingUsage(BaseModel):

@@ -1,8 +1,10 @@
-"""POST /pooling as vLLM answers it for sequence-level tasks.
+"""POST /pooling as vLLM answers it.
 
-`task` embed (the default for an embedding model) returns each input's vector in `data[i].data`
-(with every /v1/embeddings option); classify (the default for a classifier) returns the class
-probabilities. Per-token tasks (token_embed, token_classify) and plugins are refused by name.
+Without `task`, vLLM picks `token_embed` where the model supports it: one vector per token in
+`data[i].data` (vllm/token_embed.py, from the hidden states /embed_all serves). `embed` returns
+each input's vector (with every /v1/embeddings option); `classify` (the default for a classifier,
+which has no per-token head here) the class probabilities. token_classify and plugins are refused
+by name.
 """
 
 from __future__ import annotations
@@ -17,40 +19,53 @@ import orjson
 from sglang.srt.entrypoints.embed_options import invalid
 from sglang.srt.entrypoints.openai.serving_base import OpenAIServingBase
 from sglang.srt.entrypoints.openai.serving_classify import probabilities
+from sglang.srt.entrypoints.openai.serving_embed_all import check_per_token_model, serves_per_token
 from sglang.srt.entrypoints.openai.serving_embedding import (
     check_embedding_request,
     embedding_request_input,
     refuse_set,
 )
 from sglang.srt.entrypoints.vllm.protocol import PoolingRequest
+from sglang.srt.entrypoints.vllm.token_embed import render_rows, shape_rows, token_rows
+from sglang.srt.layers.token_outputs import TOKENS_HIDDEN
 from sglang.srt.managers.io_struct import FORMAT_RAW, EmbeddingReqInput
 from sglang.srt.managers.tokenizer_manager import EmbeddingResult, payload_to_array
 
-TASKS = ("embed", "classify")
+TASKS = ("embed", "classify", "token_embed")
 # Options of the embedding body that class probabilities do not take, with their unset values.
 CLASSIFY_IGNORES = {"normalize": None, "embed_dtype": None, "endianness": None}
+# ... and that per-token hidden states do not take.
+TOKEN_EMBED_IGNORES = {"multi_vector": None}
 
 
 class VllmServingPooling(OpenAIServingBase[PoolingRequest]):
     endpoint = "/pooling"
 
     def task(self, request: PoolingRequest) -> str:
-        classifier = self.tm.model_info.is_classifier
-        task = request.task or ("classify" if classifier else "embed")
+        info = self.tm.model_info
+        classifier = info.is_classifier
+        if request.task is None:  # vLLM: token_embed where supported, else the model's own task
+            return "classify" if classifier else ("token_embed" if serves_per_token(info) else "embed")
+        task = request.task
         if task not in TASKS:
-            raise invalid(f"task {task!r} is not supported here; use 'embed' or 'classify'.", "task")
+            raise invalid(f"task {task!r} is not supported here; use 'embed', 'token_embed' or 'classify'.", "task")
         if (task == "classify") != classifier:
             kind = "a classifier" if task == "classify" else "an embedding model"
             raise invalid(f"task {task!r} needs {kind}; model '{self.served_model_name}' is not one.", "task")
+        if task == "token_embed":
+            check_per_token_model(info, self.served_model_name, "task 'token_embed'")
         return task
 
     def validate(self, request: PoolingRequest) -> None:
         super().validate(request)
         if request.embedding_types is not None:
             raise invalid("embedding_types is not supported on /pooling; use /v1/embeddings.", "embedding_types")
-        if self.task(request) == "embed":
+        task = self.task(request)
+        if task in ("embed", "token_embed"):
             check_embedding_request(request, self.tm.model_info, self.served_model_name)
-        else:
+        if task == "token_embed":
+            refuse_set(request, TOKEN_EMBED_IGNORES, "task token_embed answers every token's hidden state")
+        if task == "classify":
             if request.dimensions is not None:
                 raise invalid("dimensions is currently not supported", "dimensions")
             why = "task classify answers class probabilities"
@@ -58,15 +73,24 @@ class VllmServingPooling(OpenAIServingBase[PoolingRequest]):
 
     def convert(self, request: PoolingRequest) -> EmbeddingReqInput:
         req = embedding_request_input(request, self.tm.model_info, self.served_model_name)
-        if self.task(request) == "classify":
+        task = self.task(request)
+        if task == "classify":
             req.encoding_format = FORMAT_RAW
+        elif task == "token_embed":
+            if req.items is not None:
+                raise invalid("task token_embed takes text or token-id inputs, not image items.", "input")
+            # Raw float32 rows; dimensions and normalize are applied per row in render.
+            req.token_output, req.encoding_format, req.dimensions = TOKENS_HIDDEN, FORMAT_RAW, None
         return req
 
     def render(self, request: PoolingRequest, result: EmbeddingResult, rid: Optional[str]) -> bytes:
-        if self.task(request) == "classify":
+        task = self.task(request)
+        if task == "classify":
             info = self.tm.model_info
             rows = [probabilities(payload_to_array(p).astype(np.float64), info.problem_type) for p in result.payloads]
             payloads = [orjson.dumps(r.tolist()) for r in rows]
+        elif task == "token_embed":
+            payloads = self.token_payloads(request, result)
         else:
             payloads = result.payloads
         items = b",".join(b'{"index":%d,"object":"pooling","data":%s}' % (i, p) for i, p in enumerate(payloads))
@@ -81,3 +105,17 @@ class VllmServingPooling(OpenAIServingBase[PoolingRequest]):
         )
         tail = b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":0}}' % (tokens, tokens)
         return head[:-1] + b',"data":[' + items + b"]" + tail
+
+    def token_payloads(self, request: PoolingRequest, result: EmbeddingResult) -> list[bytes]:
+        ids = result.token_ids or [None] * len(result.payloads)
+        normalize = request.normalize is not False  # vLLM normalizes token_embed rows by default
+        width = self.tm.model_info.hidden_size
+        return [
+            render_rows(
+                shape_rows(token_rows(p, t, width), request.dimensions, normalize),
+                request.encoding_format,
+                request.embed_dtype,
+                request.endianness,
+            )
+            for p, t in zip(result.payloads, ids)
+        ]
