@@ -115,6 +115,12 @@ def test_bad_requests_are_clear_400s(server, media):
     assert too_long.status_code == 400 and "context length (32 tokens)" in too_long.json()["error"]["message"]
     per_token = requests.post(server.base_url + "/embed_all", json={"inputs": "a cat"}, timeout=30)
     assert per_token.status_code == 424 and "text-image model" in per_token.json()["error"]  # TEI's Backend
+    # vLLM's /pooling: no per-token output here, so no `task` means `embed` (vLLM's first supported task)
+    pooled = requests.post(server.base_url + "/pooling", json={"input": "a cat"}, timeout=30).json()
+    assert isinstance(pooled["data"][0]["data"][0], float)
+    body = {"input": "a cat", "task": "token_embed"}
+    token_embed = requests.post(server.base_url + "/pooling", json=body, timeout=30)
+    assert token_embed.status_code == 400 and "text-image model" in token_embed.json()["error"]["message"]
     assert _post(server, ["still serving"]).status_code == 200
 
 

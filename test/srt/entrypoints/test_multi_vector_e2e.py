@@ -137,3 +137,19 @@ def test_engine_encode_multi_vector(tmp_path):
     ref, ref_ids = colbert_reference(d, [QUERY], is_query=True)[0]
     _close(query["embedding"], ref)
     assert query["token_ids"] == ref_ids
+
+
+def test_vllm_pooling_token_embed_is_the_colbert_vectors(m3, colbert):
+    """vLLM's /pooling without `task` (token_embed) on a ColBERT head: its vectors, as multi_vector gives them."""
+    for server, extra in ((colbert, {}), (m3, {"multi_vector": True})):
+        want = _post(server, "/v1/embeddings", {"input": DOCS[:2], **extra}).json()["data"]
+        got = _post(server, "/pooling", {"input": DOCS[:2]})
+        assert got.status_code == 200, got.text
+        for item, ref in zip(got.json()["data"], want):
+            _close(item["data"], np.asarray(ref["embedding"]))
+    explicit = _post(m3, "/pooling", {"input": DOCS[0], "task": "token_embed", "encoding_format": "base64"}).json()
+    (ref,) = _post(m3, "/v1/embeddings", {"input": [DOCS[0]], "multi_vector": True}).json()["data"]
+    flat = np.frombuffer(base64.b64decode(explicit["data"][0]["data"]), "<f4")
+    np.testing.assert_allclose(flat, np.asarray(ref["embedding"], np.float32).reshape(-1), atol=1e-6)
+    pooled = _post(m3, "/pooling", {"input": DOCS[0], "task": "embed"}).json()["data"][0]["data"]
+    assert len(pooled) == 32 and isinstance(pooled[0], float)  # bge-m3's dense vector

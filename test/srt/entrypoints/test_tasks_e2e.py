@@ -150,6 +150,17 @@ def test_classifier_bad_inputs(classifier, path, payload, status, param):
     _error(_post(classifier, path, payload), status, param)
 
 
+def test_vllm_pooling_on_a_classifier(classifier):
+    # No per-token classifier head here: without `task` a classifier answers `classify`.
+    default = _post(classifier, "/pooling", {"input": ["a dog", "three blue books"]})
+    explicit = _post(classifier, "/pooling", {"input": ["a dog", "three blue books"], "task": "classify"})
+    assert default.status_code == 200, default.text
+    assert [d["data"] for d in default.json()["data"]] == [d["data"] for d in explicit.json()["data"]]
+    assert all(len(d["data"]) == 3 and abs(sum(d["data"]) - 1) < 1e-5 for d in default.json()["data"])
+    for task in ("token_classify", "token_embed", "embed"):
+        assert task in _error(_post(classifier, "/pooling", {"input": "x", "task": task}), 400, "task")
+
+
 def test_tei_routes_refuse_a_classifier_as_tei_does(classifier):
     # TEI's 424 Backend: the model cannot do what the route does.
     _tei_error(_post(classifier, "/embed_sparse", {"inputs": "x"}), 424, "Backend", "no sparse head")

@@ -1,7 +1,8 @@
 """POST /pooling as vLLM answers it.
 
 Without `task`, vLLM picks `token_embed` where the model supports it: one vector per token in
-`data[i].data` (vllm/token_embed.py, from the hidden states /embed_all serves). `embed` returns
+`data[i].data` (vllm/token_embed.py, from the hidden states /embed_all serves; on a model with a
+ColBERT head, that head's vectors, as /v1/embeddings' `multi_vector` answers them). `embed` returns
 each input's vector (with every /v1/embeddings option); `classify` (the default for a classifier,
 which has no per-token head here) the class probabilities. token_classify and plugins are refused
 by name.
@@ -17,6 +18,7 @@ import numpy as np
 import orjson
 
 from sglang.srt.entrypoints.embed_options import invalid
+from sglang.srt.entrypoints.openai.multi_vector import check_multi_vector_options, multi_vector_output
 from sglang.srt.entrypoints.openai.serving_base import OpenAIServingBase
 from sglang.srt.entrypoints.openai.serving_classify import probabilities
 from sglang.srt.entrypoints.openai.serving_embed_all import check_per_token_model, serves_per_token
@@ -64,7 +66,9 @@ class VllmServingPooling(OpenAIServingBase[PoolingRequest]):
         if task in ("embed", "token_embed"):
             check_embedding_request(request, self.tm.model_info, self.served_model_name)
         if task == "token_embed":
-            refuse_set(request, TOKEN_EMBED_IGNORES, "task token_embed answers every token's hidden state")
+            refuse_set(request, TOKEN_EMBED_IGNORES, "task token_embed answers one vector per token")
+            if self.tm.model_info.colbert is not None:
+                check_multi_vector_options(request, self.tm.model_info)
         if task == "classify":
             if request.dimensions is not None:
                 raise invalid("dimensions is currently not supported", "dimensions")
@@ -79,8 +83,14 @@ class VllmServingPooling(OpenAIServingBase[PoolingRequest]):
         elif task == "token_embed":
             if req.items is not None:
                 raise invalid("task token_embed takes text or token-id inputs, not image items.", "input")
-            # Raw float32 rows; dimensions and normalize are applied per row in render.
-            req.token_output, req.encoding_format, req.dimensions = TOKENS_HIDDEN, FORMAT_RAW, None
+            info = self.tm.model_info
+            if info.colbert is not None:  # vLLM: a ColBERT head's vectors, as multi_vector gives them
+                req.token_output = multi_vector_output(
+                    info, self.served_model_name, True, request.input_type, request.dimensions
+                )
+                req.encoding_format = request.encoding_format
+            else:  # raw float32 hidden states; dimensions and normalize are applied per row in render
+                req.token_output, req.encoding_format, req.dimensions = TOKENS_HIDDEN, FORMAT_RAW, None
         return req
 
     def render(self, request: PoolingRequest, result: EmbeddingResult, rid: Optional[str]) -> bytes:
@@ -89,7 +99,7 @@ class VllmServingPooling(OpenAIServingBase[PoolingRequest]):
             info = self.tm.model_info
             rows = [probabilities(payload_to_array(p).astype(np.float64), info.problem_type) for p in result.payloads]
             payloads = [orjson.dumps(r.tolist()) for r in rows]
-        elif task == "token_embed":
+        elif task == "token_embed" and self.tm.model_info.colbert is None:
             payloads = self.token_payloads(request, result)
         else:
             payloads = result.payloads
