@@ -4,6 +4,8 @@ XLM-R started with --sparse-head; plus Engine.encode on a SPLADE model."""
 
 from __future__ import annotations
 
+import base64
+
 import numpy as np
 import pytest
 import requests
@@ -207,6 +209,19 @@ def test_embeddings_answer_sparse_dicts(sparse):
 def test_embed_sparse_bad_inputs(sparse, payload, status, error_type, names):
     _tei_error(_post(sparse, "/embed_sparse", payload), status, error_type, names)
     _error(_post(sparse, "/v1/classify", {"input": "x"}), 400, "model")
+
+
+def test_vllm_pooling_token_embed_on_a_sparse_model_is_dense_rows(sparse):
+    """token_embed's rows are hidden states even where the pooled output is sparse weights."""
+    (hidden,) = _post(sparse, "/embed_all", {"inputs": "the cat and the dog"}).json()
+    raw = _post(sparse, "/pooling", {"input": "the cat and the dog", "normalize": False}).json()["data"][0]["data"]
+    np.testing.assert_allclose(np.asarray(raw), np.asarray(hidden), atol=1e-5)
+    b64 = _post(sparse, "/pooling", {"input": "the cat and the dog", "encoding_format": "base64"})
+    assert b64.status_code == 200, b64.text
+    rows = np.frombuffer(base64.b64decode(b64.json()["data"][0]["data"]), "<f4").reshape(len(hidden), -1)
+    np.testing.assert_allclose(np.linalg.norm(rows, axis=1), 1.0, atol=1e-5)
+    sparse_vec = _post(sparse, "/pooling", {"input": "the cat and the dog", "task": "embed"}).json()["data"][0]["data"]
+    assert isinstance(sparse_vec, dict)  # task embed: the model's own (sparse) output, as /v1/embeddings
 
 
 def test_engine_encode_returns_sparse_dicts_for_splade(tmp_path):

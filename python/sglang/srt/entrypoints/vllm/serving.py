@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import replace
 from typing import Optional
 
 import numpy as np
 import orjson
 
+from sglang.srt.configs.model_info import ModelInfo, OutputKind
 from sglang.srt.entrypoints.embed_options import invalid
 from sglang.srt.entrypoints.openai.multi_vector import check_multi_vector_options, multi_vector_output
 from sglang.srt.entrypoints.openai.serving_base import OpenAIServingBase
@@ -63,8 +65,10 @@ class VllmServingPooling(OpenAIServingBase[PoolingRequest]):
         if request.embedding_types is not None:
             raise invalid("embedding_types is not supported on /pooling; use /v1/embeddings.", "embedding_types")
         task = self.task(request)
-        if task in ("embed", "token_embed"):
+        if task == "embed":
             check_embedding_request(request, self.tm.model_info, self.served_model_name)
+        if task == "token_embed":
+            check_embedding_request(request, self.token_view(), self.served_model_name)
         if task == "token_embed":
             refuse_set(request, TOKEN_EMBED_IGNORES, "task token_embed answers one vector per token")
             if self.tm.model_info.colbert is not None:
@@ -75,15 +79,20 @@ class VllmServingPooling(OpenAIServingBase[PoolingRequest]):
             why = "task classify answers class probabilities"
             refuse_set(request, CLASSIFY_IGNORES, why)
 
+    def token_view(self) -> ModelInfo:
+        """The model as token_embed sees it: dense float rows, whatever its pooled output is (sparse
+        weights, or a ColBERT-only checkpoint's multi-vector default, which token_embed asks for itself)."""
+        return replace(self.tm.model_info, embeddings_output=OutputKind.DENSE)
+
     def convert(self, request: PoolingRequest) -> EmbeddingReqInput:
-        req = embedding_request_input(request, self.tm.model_info, self.served_model_name)
         task = self.task(request)
+        info = self.token_view() if task == "token_embed" else self.tm.model_info
+        req = embedding_request_input(request, info, self.served_model_name)
         if task == "classify":
             req.encoding_format = FORMAT_RAW
         elif task == "token_embed":
             if req.items is not None:
                 raise invalid("task token_embed takes text or token-id inputs, not image items.", "input")
-            info = self.tm.model_info
             if info.colbert is not None:  # vLLM: a ColBERT head's vectors, as multi_vector gives them
                 req.token_output = multi_vector_output(
                     info, self.served_model_name, True, request.input_type, request.dimensions
