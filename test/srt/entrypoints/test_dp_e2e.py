@@ -222,7 +222,8 @@ def test_engine_dp2_spreads_a_10000_text_call_over_both_replicas_in_order(tmp_pa
         out = engine.encode(texts)
         sample = list(range(0, 10_000, 997))
         singles = [engine.encode(texts[i])["embedding"] for i in sample]
-    assert len(out) == 10_000 and sum(inputs) == 10_000, inputs
+    # >= : a part a full replica refused is sent again to the other one.
+    assert len(out) == 10_000 and sum(inputs) >= 10_000 and min(inputs) > 0, inputs
     assert abs(inputs[0] - inputs[1]) < 0.2 * 10_000, inputs  # both replicas took a real share
     for i, single in zip(sample, singles):
         np.testing.assert_allclose(out[i]["embedding"], single, atol=1e-5)

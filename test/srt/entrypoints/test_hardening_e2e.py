@@ -81,7 +81,12 @@ def test_body_size_and_batch_size_limits_are_413(hardened_server):
     _error(_post(s, data=chunks(), headers={"content-type": "application/json"}), 413)
     err = _error(_post(s, {"input": ["a"] * 9}), 413)
     assert "--max-client-batch-size" in err["message"] and err["param"] == "input"
-    assert _post(s, {"input": ["a"] * 8}).status_code == 200
+    for _ in range(5):  # this server's --request-timeout is 1.5 s: on a loaded machine, a 504 means "try again"
+        r = _post(s, {"input": ["a"] * 8})
+        if r.status_code != 504:
+            break
+        time.sleep(1.0)
+    assert r.status_code == 200, r.text[:300]
 
 
 @pytest.mark.parametrize(
@@ -170,7 +175,7 @@ def test_one_json_log_line_per_request_without_input_text(hardened_server):
     with open(hardened_server.log_path) as f:
         lines = f.read().splitlines()
     records = [json.loads(line) for line in lines if line.startswith("{")]
-    assert len(records) == len(lines), "every log line is one JSON object"
+    assert len(records) == len(lines), [line for line in lines if not line.startswith("{")][:5]
     mine = [rec for rec in records if rec.get("request_id") == rid]
     assert len(mine) == 1
     rec = mine[0]

@@ -200,7 +200,8 @@ def test_malformed_image_strings_are_400s_that_name_no_path(server, media):
     for source, resp in zip(HOSTILE_IMAGE_STRINGS, answers):
         assert resp.status_code == 400, (source[:40], resp.status_code, resp.text[:300])
         message = _message(resp)
-        assert message.startswith("Item 0: could not load image: ")
+        # A lone surrogate is refused with the whole body, before any image is looked at (#15 item 5).
+        assert message.startswith(("Item 0: could not load image: ", "The request body holds a lone surrogate"))
         assert media not in message and os.path.dirname(media) not in message
     assert _post(server, [{"image": "cat.png"}]).status_code == 200  # the media directory still works
 

@@ -71,6 +71,7 @@ def test_first_failure_cancels_the_others(gme_dir, images):
 
 def test_cancelling_the_request_stops_its_fetches(gme_dir, images):
     loader = _loader(gme_dir, mm_image_timeout=30)
+    assert images.wait_idle(5)  # no connection left from another test
     sources = {i: parse_image_source(images.url("/drip.png")) for i in range(3)}
 
     async def scenario():

@@ -20,8 +20,10 @@ from test.helpers.procs import is_running, wait_for
 pytestmark = pytest.mark.slow  # every test here spawns child processes
 
 
-def _child(parent_pid: int, ipc_dir: str) -> None:
+def _child(parent_pid: int, ipc_dir: str, ready=None) -> None:
     prepare_child_process(parent_pid, ipc_dir)
+    if ready is not None:
+        ready.set()  # its handlers are installed
     while True:
         time.sleep(0.05)
 
@@ -45,10 +47,11 @@ def _never_ready(ready_pipe) -> None:
 def test_sigterm_is_ignored_until_the_parent_marks_stopping():
     ipc_dir = tempfile.mkdtemp(prefix="sglang-childtest-")
     ctx = mp.get_context("spawn")
-    p = ctx.Process(target=_child, args=(os.getpid(), ipc_dir))
+    ready = ctx.Event()
+    p = ctx.Process(target=_child, args=(os.getpid(), ipc_dir, ready))
     p.start()
     try:
-        time.sleep(1.0)  # let it install its handlers (spawn re-imports)
+        assert ready.wait(60)  # its handlers are installed (spawn re-imports: slow on a loaded machine)
         os.kill(p.pid, signal.SIGTERM)  # e.g. systemd signalling the whole group during a drain
         p.join(0.8)
         assert p.is_alive()
