@@ -129,12 +129,14 @@ def test_parquet_to_embeddings_to_parquet(ray_session, tiny_model, embedder, tmp
     # One actor (each costs an Engine start); four blocks, so the rows still travel in several parts.
     ds = ray_session.data.read_parquet(str(src), override_num_blocks=4)
     with time_limit(240):
-        job = embed_dataset(ds, tiny_model, concurrency=1, num_cpus=0.5, batch_size=200, id_column="id")
+        job = embed_dataset(ds, tiny_model, concurrency=1, num_cpus=0.5, batch_size=200, id_column="id").materialize()
+        assert [row["id"] for row in job.iter_rows()] == ids.tolist()  # order kept, nothing lost or repeated
         job.write_parquet(str(dst))
 
-    out = pq.read_table(dst)
+    # Ray names the files it writes by task, not by row order: read them back in id order (ids ascend).
+    out = pq.read_table(dst).sort_by("id")
     assert out.num_rows == N_ROWS
-    assert out.column("id").to_pylist() == ids.tolist()  # order kept, nothing lost or repeated
+    assert out.column("id").to_pylist() == ids.tolist()
     assert out.column("text").to_pylist() == texts
     assert out.schema.field("embedding").type == pa.list_(pa.float32())
     got = np.array(out.column("embedding").to_pylist(), dtype=np.float32)

@@ -10,15 +10,9 @@ from sglang.srt.errors import EmbeddingError
 from sglang.srt.managers.io_struct import EmbeddingReqInput
 from sglang.srt.managers.tokenization import InputTokenizer
 from sglang.srt.server_args import ServerArgs
-from sglang.srt.utils.hf_tokenizer import load_tokenizer
 from test.helpers.model_info import make_model_info
 
 INFO = make_model_info(max_input_length=12, vocab_size=30522, pair_token_types=True)
-
-
-@pytest.fixture(scope="module")
-def hf_tokenizer():
-    return load_tokenizer(ServerArgs().tokenizer_path, False)
 
 
 def _tok(hf_tokenizer, info=INFO, **kw) -> InputTokenizer:

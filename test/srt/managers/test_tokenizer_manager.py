@@ -16,17 +16,11 @@ from sglang.srt.managers.io_struct import (
 )
 from sglang.srt.managers.tokenizer_manager import TokenizerManager
 from sglang.srt.server_args import ServerArgs
-from sglang.srt.utils.hf_tokenizer import load_tokenizer
 from sglang.srt.utils.msgcodec import decode, encode
 from sglang.srt.utils.network import PortArgs, make_socket
 from test.helpers.model_info import make_model_info
 
 INFO = make_model_info(max_input_length=256, vocab_size=30522)
-
-
-@pytest.fixture(scope="module")
-def hf_tokenizer():
-    return load_tokenizer(ServerArgs().tokenizer_path, False)
 
 
 @pytest.fixture

@@ -207,7 +207,7 @@ def create_app(
 
     heartbeats = HeartbeatReader(port_args.ipc_dir)
 
-    @app.api_route("/health", methods=["GET", "HEAD"], include_in_schema=True)
+    @app.get("/health")
     async def health():
         tm: Optional[TokenizerManager] = getattr(app.state, "tokenizer_manager", None)
         if tm is None or not tm.healthy or not engine_alive():
@@ -220,6 +220,10 @@ def create_app(
                 EmbeddingError(ErrorKind.UNAVAILABLE, f"The embedding engine is stalled: {why} (--watchdog-timeout).")
             )
         return Response(status_code=200)
+
+    # HEAD as its own route, out of the schema: one route with both methods gives both the same
+    # OpenAPI operation id, and FastAPI warns about the duplicate on every /openapi.json.
+    app.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)
 
     @app.get("/metrics")
     async def prometheus_metrics():
