@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -26,17 +25,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_serving  # noqa: E402  (benchmark/ is not a package)
-
-
-def cpu_flags() -> str:
-    """The SIMD flags that matter for the CPU forward (AVX2 / AVX-512 / AMX)."""
-    wanted = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile")
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next(line.split(":", 1)[1].split() for line in f if line.startswith("flags"))
-    except (OSError, StopIteration):
-        return platform.machine()
-    return " ".join(w for w in wanted if w in flags) or "none of " + ",".join(wanted)
 
 
 def server_processes(port: int) -> dict[str, int]:
@@ -145,7 +133,8 @@ def main() -> None:
                 }
             )
     base = {row["level"]: row["texts_per_s"] for row in table if row["config"] == configs[0][0]}
-    print(f"\nmachine: {bench_serving.machine_info()['cpu']}, {cores} cores, flags: {cpu_flags()}")
+    machine = bench_serving.machine_info()
+    print(f"\nmachine: {machine['cpu']}, {cores} cores, flags: {' '.join(machine['cpu_flags']) or 'none listed'}")
     print(f"{args.texts_per_request} text(s)/request, base64, median of {args.rounds} round(s)")
     print(f"{'config':<22}{'level':>7}{'texts/s':>10}{'ratio':>8}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}  rounds")
     for row in table:
@@ -162,7 +151,13 @@ def main() -> None:
         print(f"  {name}: " + ", ".join(f"{p} {v:.2f}" for p, v in shares.items()))
     if args.output_json:
         with open(args.output_json, "w") as f:
-            report = {"cpu_flags": cpu_flags(), "cores": cores, "args": vars(args), "table": table, "cores_used": cpu}
+            report = {
+                "cpu_flags": machine["cpu_flags"],
+                "cores": cores,
+                "args": vars(args),
+                "table": table,
+                "cores_used": cpu,
+            }
             json.dump(report, f, indent=2)
 
 

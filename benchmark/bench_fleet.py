@@ -24,7 +24,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # the test helpers that start servers and nginx
 import bench_serving  # noqa: E402
-from bench_ray_data import cpu_flags  # noqa: E402
 
 from test.helpers.nginx import NginxProcess  # noqa: E402
 from test.helpers.server import ServerProcess  # noqa: E402
@@ -66,7 +65,7 @@ def main() -> None:
     p.add_argument("--num-requests", type=int, default=1000, help="requests per concurrency level")
     p.add_argument("--output-json", default=None)
     args = p.parse_args()
-    machine = {**bench_serving.machine_info(), "cpu_flags": cpu_flags()}
+    machine = bench_serving.machine_info()  # cpu_flags included
     results = {layout: run_layout(layout, args.concurrency, args.num_requests) for layout in args.layouts.split(",")}
     print(f"\n{machine['cpu']}, {machine['cores']} cores, flags: {' '.join(machine['cpu_flags'])}")
     print(f"{'layout':>12} {'clients':>8} {'texts/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")

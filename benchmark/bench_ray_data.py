@@ -31,14 +31,6 @@ import pyarrow as pa
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_serving import DEFAULT_TEXTS, load_texts, machine_info  # noqa: E402
 
-CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16")
-
-
-def cpu_flags() -> list[str]:
-    with open("/proc/cpuinfo") as f:
-        flags = next((ln.split(":", 1)[1].split() for ln in f if ln.startswith("flags")), [])
-    return [f for f in CPU_FLAGS if f in flags]
-
 
 class TimedSGLang:
     """SGLangEmbedder plus the time each batch finished (a column the benchmark reads back)."""
@@ -127,8 +119,7 @@ def main() -> None:
     ray.data.DataContext.get_current().enable_progress_bars = False
     logging.getLogger("ray.data").setLevel(logging.WARNING)
     info = {
-        **machine_info(),
-        "cpu_flags": cpu_flags(),
+        **machine_info(),  # cpu_flags included
         "ray": ray.__version__,
         "texts": len(texts),
         "batch_size": args.batch_size,
