@@ -15,6 +15,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
+from test.helpers.procs import wait_for  # noqa: F401  (the probes' one poll loop, shared with the tests)
+
 
 @dataclass
 class Result:
@@ -104,15 +106,6 @@ def is_error_shape(body: bytes) -> bool:
     except (ValueError, KeyError, TypeError):
         return False
     return isinstance(err, dict) and set(err) == {"message", "type", "param", "code"}
-
-
-def wait_for(cond: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(interval)
-    return cond()
 
 
 class Recorder:
