@@ -140,7 +140,8 @@ def loaded_allocator() -> Optional[str]:
     return None
 
 
-def _glibc_trim() -> Optional[ctypes._CFuncPtr]:
+def glibc_malloc_trim() -> Optional[ctypes._CFuncPtr]:
+    """glibc's `malloc_trim` (give free heap pages back to the system), or None where there is none."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -166,7 +167,7 @@ class SchedulerMemory:
                 f"{plan.library} could not be preloaded (see the loader's message above); "
                 "the scheduler runs on glibc malloc with malloc_trim after large batches"
             )
-        self._trim = _glibc_trim() if self.allocator == "glibc" else None
+        self._trim = glibc_malloc_trim() if self.allocator == "glibc" else None
 
     def after_batch(self, num_tokens: int) -> None:
         """On glibc, hand the heap's free pages back to the system after a large batch."""

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
-import sys
 from collections import deque
-from typing import AsyncIterator, Optional
+from typing import AsyncIterator
 
 from sglang.srt.managers.multimodal.image_errors import ImageMemoryFull
+from sglang.srt.utils.allocator import glibc_malloc_trim
 
 logger = logging.getLogger(__name__)
 
@@ -129,22 +128,12 @@ class RequestImages:
         return self.peak >= TRIM_AFTER_BYTES
 
 
-def _load_libc() -> Optional[ctypes.CDLL]:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return None
-    return libc if hasattr(libc, "malloc_trim") else None
-
-
 class MemoryTrimmer:
     """Returns the free pages of glibc's heaps to the system (a no-op on other allocators/systems)."""
 
     def __init__(self) -> None:
-        self._libc = _load_libc()
+        self._malloc_trim = glibc_malloc_trim()
 
     def trim(self) -> None:
-        if self._libc is not None:
-            self._libc.malloc_trim(0)
+        if self._malloc_trim is not None:
+            self._malloc_trim(0)
