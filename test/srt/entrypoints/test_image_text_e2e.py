@@ -3,14 +3,13 @@ text-image ranking as transformers ranks, errors, and Engine.encode for both kin
 
 from __future__ import annotations
 
-import base64
-
 import numpy as np
 import pytest
 import requests
 from PIL import Image
 
 from test.helpers.images import data_uri, encode_image, gradient_image
+from test.helpers.responses import response_vectors as _vectors
 from test.helpers.server import ServerProcess
 from test.helpers.tiny_image_text import build_tiny_clip, load_reference, reference_images, reference_text
 
@@ -46,15 +45,6 @@ def reference(clip_dir):
 
 def _post(server, inp, path: str = "/v1/embeddings", **extra) -> requests.Response:
     return requests.post(server.base_url + path, json={"input": inp, **extra}, timeout=60)
-
-
-def _vectors(resp) -> np.ndarray:
-    assert resp.status_code == 200, resp.text
-    data = resp.json()["data"]
-    assert [d["index"] for d in data] == list(range(len(data)))
-    if isinstance(data[0]["embedding"], str):
-        return np.stack([np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4") for d in data])
-    return np.asarray([d["embedding"] for d in data], dtype=np.float32)
 
 
 def _image_ref(reference, path: str) -> np.ndarray:

@@ -7,7 +7,6 @@ lists widths while the override says `is_matryoshka: true` (the list wins).
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 
@@ -16,6 +15,7 @@ import pytest
 import requests
 
 from test.helpers.parity import MIXED_TEXTS, hf_decoder_embeddings
+from test.helpers.responses import response_vectors as _vectors
 from test.helpers.server import ServerProcess
 from test.helpers.tiny_models import build_tiny_qwen3
 
@@ -75,14 +75,6 @@ def plain_server(st_dir):
 
 def _post(server, payload) -> requests.Response:
     return requests.post(server.base_url + "/v1/embeddings", json=payload, timeout=60)
-
-
-def _vectors(resp) -> np.ndarray:
-    assert resp.status_code == 200, resp.text
-    data = resp.json()["data"]
-    if isinstance(data[0]["embedding"], str):
-        return np.stack([np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4") for d in data])
-    return np.asarray([d["embedding"] for d in data], dtype=np.float32)
 
 
 def _shortened(full: np.ndarray, n: int) -> np.ndarray:

@@ -18,6 +18,7 @@ import requests
 
 from test.helpers.gme_reference import hf_gme_embedding, load_hf_gme
 from test.helpers.images import ImageServer, data_uri, gradient_image, png_claiming_size
+from test.helpers.responses import response_vectors as _vectors
 from test.helpers.server import ServerProcess
 
 pytestmark = pytest.mark.slow
@@ -89,15 +90,6 @@ def default_server(gme_dir):
 
 def _post(server, inp, **extra) -> requests.Response:
     return requests.post(server.base_url + "/v1/embeddings", json={"input": inp, **extra}, timeout=60)
-
-
-def _vectors(resp) -> np.ndarray:
-    assert resp.status_code == 200, resp.text
-    data = resp.json()["data"]
-    assert [d["index"] for d in data] == list(range(len(data)))
-    if isinstance(data[0]["embedding"], str):
-        return np.stack([np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4") for d in data])
-    return np.asarray([d["embedding"] for d in data], dtype=np.float32)
 
 
 def _file_uri(path: str) -> str:

@@ -12,6 +12,7 @@ import pytest
 import requests
 
 from test.helpers.procs import running, wait_for
+from test.helpers.responses import response_vectors as _vectors
 from test.helpers.server import ServerProcess
 from test.helpers.texts import load_texts
 
@@ -36,13 +37,6 @@ def st_model():
 
 def _post(server, payload, **kw):
     return requests.post(server.base_url + "/v1/embeddings", json=payload, timeout=60, **kw)
-
-
-def _vectors(resp) -> np.ndarray:
-    assert resp.status_code == 200, resp.text
-    data = resp.json()["data"]
-    assert [d["index"] for d in data] == list(range(len(data)))
-    return np.asarray([d["embedding"] for d in data], dtype=np.float32)
 
 
 def test_response_shape_is_openai(server):
