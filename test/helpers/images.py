@@ -10,8 +10,9 @@ import struct
 import threading
 import time
 import zlib
+from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Union
+from typing import Optional, Union
 
 import numpy as np
 from PIL import Image
@@ -97,7 +98,7 @@ class ImageServer:
     def __init__(self, routes: dict[str, Route], host: str = "127.0.0.1") -> None:
         self.routes = routes
         self.host = host
-        self.open_connections = 0  # requests being answered right now
+        self._open: Counter[str] = Counter()  # requests being answered right now, by path and query
         self.requests: list[tuple[str, str]] = []  # (path, Host header) of every request
         self._lock = threading.Lock()
         server = self
@@ -108,13 +109,13 @@ class ImageServer:
 
             def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
                 with server._lock:
-                    server.open_connections += 1
+                    server._open[self.path] += 1
                     server.requests.append((self.path, self.headers.get("Host", "")))
                 try:
                     server.handle(self)
                 finally:
                     with server._lock:
-                        server.open_connections -= 1
+                        server._open[self.path] -= 1
 
         self.httpd = ThreadingHTTPServer((host, 0), Handler)
         self.httpd.daemon_threads = True
@@ -177,12 +178,25 @@ class ImageServer:
         except (BrokenPipeError, ConnectionResetError):
             pass
 
-    def wait_idle(self, timeout: float) -> bool:
-        """Whether every connection being served has ended within `timeout` seconds."""
+    def open_to(self, path: Optional[str] = None) -> int:
+        """Requests being answered now: all of them, or those for `path` (query included).
+
+        A test that counts connections asks for its own query-tagged path, so a connection an
+        earlier test's cancelled fetch left in the listen backlog (served late, on a busy machine)
+        cannot be counted as its own."""
+        with self._lock:
+            return sum(self._open.values()) if path is None else self._open[path]
+
+    @property
+    def open_connections(self) -> int:
+        return self.open_to()
+
+    def wait_idle(self, timeout: float, path: Optional[str] = None) -> bool:
+        """Whether every connection being served (for `path`, if given) has ended within `timeout` s."""
         deadline = time.monotonic() + timeout
-        while self.open_connections and time.monotonic() < deadline:
+        while self.open_to(path) and time.monotonic() < deadline:
             time.sleep(0.05)
-        return self.open_connections == 0
+        return self.open_to(path) == 0
 
     def stop(self) -> None:
         self.httpd.shutdown()

@@ -101,16 +101,17 @@ def test_dripping_urls_neither_outlast_the_deadline_nor_starve_others(server, im
 
 
 def test_client_disconnect_cancels_its_fetches(server, images):
-    body = json.dumps({"input": [{"image": images.url("/drip.png")}] * 4}).encode()
+    path = "/drip.png?test=disconnect"  # its own tag: another test's late connection is not counted
+    body = json.dumps({"input": [{"image": images.url(path)}] * 4}).encode()
     head = "POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
     with socket.create_connection(("127.0.0.1", server.port)) as sock:
         sock.sendall(head.encode() + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
         deadline = time.monotonic() + 2
-        while images.open_connections < 2 and time.monotonic() < deadline:
+        while images.open_to(path) < 2 and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert images.open_connections == 2  # the request's share: a quarter of 8 slots
+        assert images.open_to(path) == 2  # the request's share: a quarter of 8 slots
     hung_up = time.monotonic()
-    assert images.wait_idle(TIMEOUT)
+    assert images.wait_idle(TIMEOUT, path)
     assert time.monotonic() - hung_up < TIMEOUT / 2  # closed by the disconnect, not the deadline
 
 

@@ -71,15 +71,15 @@ def test_first_failure_cancels_the_others(gme_dir, images):
 
 def test_cancelling_the_request_stops_its_fetches(gme_dir, images):
     loader = _loader(gme_dir, mm_image_timeout=30)
-    assert images.wait_idle(5)  # no connection left from another test
-    sources = {i: parse_image_source(images.url("/drip.png")) for i in range(3)}
+    path = "/drip.png?test=cancel"  # its own tag: another test's late connection is not counted
+    sources = {i: parse_image_source(images.url(path)) for i in range(3)}
 
     async def scenario():
         task = asyncio.ensure_future(loader.load_all(sources))
         deadline = time.monotonic() + 5
-        while images.open_connections < 3 and time.monotonic() < deadline:
+        while images.open_to(path) < 3 and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
-        assert images.open_connections == 3
+        assert images.open_to(path) == 3
         task.cancel()  # what a client that hangs up does to its request
         await asyncio.gather(task, return_exceptions=True)
 
@@ -87,24 +87,24 @@ def test_cancelling_the_request_stops_its_fetches(gme_dir, images):
         asyncio.run(scenario())
     finally:
         loader.close()
-    assert images.wait_idle(2.0) and loader.memory.held == 0
+    assert images.wait_idle(2.0, path) and loader.memory.held == 0
 
 
 def test_one_request_takes_a_quarter_of_the_fetch_slots(gme_dir, images):
     loader = _loader(gme_dir, mm_image_timeout=1, mm_fetch_concurrency=8)
-    assert images.wait_idle(5)  # no connection left from another test
+    path = "/drip.png?test=share"  # its own tag: another test's late connection is not counted
     peak, stop = [0], threading.Event()
 
     def watch():
         while not stop.is_set():
-            peak[0] = max(peak[0], images.open_connections)
+            peak[0] = max(peak[0], images.open_to(path))
             time.sleep(0.02)
 
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
         with pytest.raises(LoadFailed) as failed:
-            _load(loader, [images.url("/drip.png")] * 6)
+            _load(loader, [images.url(path)] * 6)
     finally:
         stop.set()
         watcher.join()
