@@ -40,10 +40,7 @@ def _cos(a, b):
 def test_probe_matches_what_the_op_computes():
     """The activation format the probe picked is computed exactly by oneDNN on this CPU."""
     w = torch.randint(-127, 128, (16, 64), dtype=torch.int8)
-    if SUPPORT.low < 0:
-        t = torch.randint(-128, 128, (8, 64), dtype=torch.int8)
-    else:
-        t = torch.randint(0, 128, (8, 64), dtype=torch.uint8)
+    t = torch.randint(0, SUPPORT.levels + 1, (8, 64), dtype=torch.uint8)
     out = int8_linear_mod._QLINEAR(
         t,
         1.0,
@@ -60,7 +57,7 @@ def test_probe_matches_what_the_op_computes():
         "",
     )
     assert torch.equal(out, t.float() @ w.float().T)
-    assert SUPPORT.levels + SUPPORT.low in (127,) and SUPPORT.act_bits == (8 if SUPPORT.low < 0 else 7)
+    assert SUPPORT.low == 0 and SUPPORT.act_bits == {255: 8, 127: 7}[SUPPORT.levels]
 
 
 @pytest.mark.parametrize("glue", ["c", "torch"])
@@ -77,9 +74,9 @@ def test_int8_linear_close_to_float(kernel, glue, smoothed, bias, gelu):
 
 
 def test_8bit_activation_arithmetic_with_an_exact_matmul(monkeypatch, kernel):
-    """The VNNI/AMX format (int8 -128..127) on any CPU: oneDNN replaced by an exact float matmul."""
+    """The VNNI/AMX format (uint8 0..255) on any CPU: oneDNN replaced by an exact float matmul."""
     x, w, b = _data()
-    eight = Int8Support(True, levels=255, low=-128)
+    eight = Int8Support(True, levels=255, low=0)
     for glue in (kernel, None):
         weight = Int8Weight.quantize(w, b, dataclasses.replace(eight, rows_kernel=glue), x.abs().amax(0))
         ws = (w / weight.smooth).abs().amax(1) / 127
@@ -92,7 +89,7 @@ def test_8bit_activation_arithmetic_with_an_exact_matmul(monkeypatch, kernel):
 def test_c_kernel_quantizes_like_the_torch_ops(kernel):
     x, _, _ = _data(rows=300, k=384)
     smooth = torch.rand(384) + 0.5
-    for support in (SUPPORT, Int8Support(True, levels=255, low=-128)):
+    for support in (SUPPORT, Int8Support(True, levels=255, low=0), Int8Support(True, levels=127, low=0)):
         t1, span1, lo1 = kernel.quantize_rows(x, smooth, support.levels, support.low)
         t2, span2, lo2 = quantize_rows(x * smooth, support)
         assert t1.dtype == t2.dtype and torch.equal(span1, span2) and torch.equal(lo1, lo2)

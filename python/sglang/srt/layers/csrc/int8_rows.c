@@ -21,7 +21,7 @@ void sgl_int8_quantize_rows(const float *restrict x, int64_t ldx, const float *r
 #pragma omp parallel for schedule(static) num_threads(threads) if (m * k >= PARALLEL_MIN_ELEMS)
     for (int64_t i = 0; i < m; i++) {
         const float *restrict row = x + i * ldx;
-        int8_t *restrict out = q + i * k;
+        uint8_t *restrict out = (uint8_t *)q + i * k; /* the bits of int8 (low -128) or uint8 (low 0) */
         float mn = INFINITY, mx = -INFINITY;
 #pragma omp simd reduction(min : mn) reduction(max : mx)
         for (int64_t j = 0; j < k; j++) {
@@ -40,7 +40,7 @@ void sgl_int8_quantize_rows(const float *restrict x, int64_t ldx, const float *r
             /* (x - min) * a + 0.5 >= 0 up to rounding, so truncation is floor, i.e. rounding */
             int t = (int)(row[j] * smooth[j] * a + shift) + low;
             t = t < low ? low : t;
-            out[j] = (int8_t)(t > top ? top : t);
+            out[j] = (uint8_t)((t > top ? top : t) & 0xFF); /* two's complement bits either way */
         }
         span[i] = s;
         lo[i] = mn;
