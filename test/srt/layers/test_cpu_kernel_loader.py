@@ -40,9 +40,10 @@ def test_builds_once_then_reuses_the_cached_library_without_a_compiler(cache, mo
 @pytest.mark.slow
 @needs_compiler
 def test_changed_source_gets_its_own_library(cache, tmp_path):
-    copies = []
+    copies, layers = [], loader.CSRC.parent.parent  # kept in their folders: the includes are relative
     for src in loader.SOURCES + loader.HEADERS:
-        dst = tmp_path / src.name
+        dst = tmp_path / src.relative_to(layers)
+        dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(src, dst)
         copies.append(dst)
     sources, headers = tuple(copies[: len(loader.SOURCES)]), tuple(copies[len(loader.SOURCES) :])

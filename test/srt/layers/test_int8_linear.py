@@ -132,3 +132,17 @@ def test_quantize_cpu_linears_takes_project_linears_only_and_prepack_skips_them(
     assert prepack_cpu_linears(model) == 0 and model.qkv.packed_weight is None
     assert _cos(model.qkv(x), ref) >= 0.999
     assert quantize_cpu_linears(model, SUPPORT) == 0  # already done
+
+
+@pytest.mark.parametrize("n", [16, 50, 1536])  # whole vectors, a tail, a BERT MLP width
+def test_c_kernel_gelu_is_torchs_exact_gelu(kernel, n):
+    """The GELU fused into dequant_rows against torch's erf GELU, over negatives, zero and large values."""
+    gen = torch.Generator().manual_seed(n)
+    out = torch.randn(33, n, generator=gen) * 4
+    out[0, : min(n, 6)] = torch.tensor([0.0, -0.0, 12.0, -12.0, 90.0, -90.0])[: min(n, 6)]
+    span, lo = torch.rand(33, 1, generator=gen) + 0.5, torch.randn(33, 1, generator=gen)
+    row_sums, bias = torch.randn(n, generator=gen), torch.randn(n, generator=gen)
+    plain = kernel.dequant_rows(out.clone(), span, lo, row_sums, bias, 255, 0)
+    fused = kernel.dequant_rows(out.clone(), span, lo, row_sums, bias, 255, 0, gelu=True)
+    ref = F.gelu(plain.double()).float()
+    assert torch.allclose(fused, ref, rtol=1e-5, atol=2e-6), (fused - ref).abs().max()

@@ -190,14 +190,14 @@ def int8_linear(x: torch.Tensor, weight: Int8Weight, gelu: bool = False) -> torc
     out = _QLINEAR(
         t, 1.0, 0, weight.packed, weight.scales, weight.zero_points, None, 1.0, 0, torch.float32, "none", [], ""
     )
-    if kernel is not None:
-        kernel.dequant_rows(out, span, lo, weight.row_sums, weight.bias, support.levels, support.low)
+    if kernel is not None:  # GELU in the same pass
+        kernel.dequant_rows(out, span, lo, weight.row_sums, weight.bias, support.levels, support.low, gelu)
     else:
         out = torch.addcmul(weight.bias, out, span, out=out) if weight.bias is not None else out.mul_(span)
         offset = lo if support.low == 0 else torch.addcmul(lo, span, _LOW_8BIT, value=-1.0 / support.levels)
         out.addr_(offset.view(-1), weight.row_sums)
-    if gelu:
-        out = torch.nn.functional.gelu(out)
+        if gelu:
+            out = torch.nn.functional.gelu(out)
     if out.dtype != x.dtype or x.dim() != 2:
         out = out.to(x.dtype).reshape(*x.shape[:-1], weight.out_features)
     return out

@@ -18,6 +18,7 @@ import torch
 from sglang.srt.layers.attention.cpu_kernel_loader import build_kernel
 
 SOURCE = Path(__file__).with_name("csrc") / "int8_rows.c"
+HEADERS = (SOURCE.with_name("vec16.h"),)
 
 
 class Int8RowsKernel:
@@ -30,7 +31,7 @@ class Int8RowsKernel:
         self._quantize.argtypes = [ptr, i64, ptr, i64, i64, i32, i32, ptr, ptr, ptr, i32]
         self._quantize.restype = None
         self._dequant = lib.sgl_int8_dequant_rows
-        self._dequant.argtypes = [ptr, i64, i64, i64, ptr, ptr, ptr, ptr, i32, i32, i32]
+        self._dequant.argtypes = [ptr, i64, i64, i64, ptr, ptr, ptr, ptr, i32, i32, i32, i32]
         self._dequant.restype = None
         self.path = path
 
@@ -67,8 +68,9 @@ class Int8RowsKernel:
         bias: Optional[torch.Tensor],
         levels: int,
         low: int,
+        gelu: bool = False,
     ) -> torch.Tensor:
-        """In place: out = out * span + (min - low * span / levels) * row_sums + bias."""
+        """In place: out = out * span + (min - low * span / levels) * row_sums + bias, then GELU if asked."""
         m, n = out.shape
         if out.dtype != torch.float32 or out.stride(1) != 1 or row_sums.shape != (n,) or span.numel() != m:
             raise ValueError("dequant_rows takes the matmul's float32 [M, N] output and its rows' statistics")
@@ -83,6 +85,7 @@ class Int8RowsKernel:
             bias.data_ptr() if bias is not None else None,
             levels,
             low,
+            int(gelu),
             torch.get_num_threads(),
         )
         return out
@@ -90,7 +93,7 @@ class Int8RowsKernel:
 
 def load_int8_rows_kernel() -> tuple[Optional[Int8RowsKernel], str]:
     """(kernel, "") or (None, why not)."""
-    built = build_kernel((SOURCE,), (), what="the int8 row kernel")
+    built = build_kernel((SOURCE,), HEADERS, what="the int8 row kernel")
     if built.path is None:
         return None, built.reason
     try:

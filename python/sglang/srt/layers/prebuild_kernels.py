@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from sglang.srt.layers.attention.cpu_kernel_loader import HEADERS, SOURCES, KernelSources, prebuild
+from sglang.srt.layers.int8_rows_kernel import HEADERS as INT8_ROWS_HEADERS
 from sglang.srt.layers.int8_rows_kernel import SOURCE as INT8_ROWS_SOURCE
 
-ALL_KERNELS: tuple[KernelSources, ...] = ((SOURCES, HEADERS), ((INT8_ROWS_SOURCE,), ()))
+ALL_KERNELS: tuple[KernelSources, ...] = ((SOURCES, HEADERS), ((INT8_ROWS_SOURCE,), INT8_ROWS_HEADERS))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 
 CSRC = Path(__file__).with_name("csrc")
 SOURCES = (CSRC / "varlen_attention.c", CSRC / "varlen_attention_bf16.c")
-HEADERS = (CSRC / "varlen_common.h",)
+HEADERS = (CSRC / "varlen_common.h", CSRC.parent.parent / "csrc" / "vec16.h")
 DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1}
 BASE_FLAGS = ["-O3", "-std=c11", "-ffp-contract=fast", "-fPIC", "-shared", "-fopenmp"]
 # -march=native first; some compilers (Clang on Arm) spell it -mcpu=native, and a portable build

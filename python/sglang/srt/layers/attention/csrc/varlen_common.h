@@ -1,7 +1,7 @@
 /*
- * Shared by the varlen attention kernels (varlen_attention.c, varlen_attention_bf16.c): portable
- * 16-float vectors (GCC/Clang vector extensions, lowered to AVX-512, 2 x AVX2 or 4 x NEON/SSE),
- * float32 <-> bfloat16, exp, the problem and work-item descriptions, and the softmax step.
+ * Shared by the varlen attention kernels (varlen_attention.c, varlen_attention_bf16.c): on top of
+ * the 16-float vectors of layers/csrc/vec16.h, query-row blocking, horizontal reductions,
+ * float32 <-> bfloat16, the problem and work-item descriptions, and the softmax step.
  */
 #ifndef SGL_VARLEN_COMMON_H
 #define SGL_VARLEN_COMMON_H
@@ -11,26 +11,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../csrc/vec16.h"
+
 #if defined(__GNUC__) && !defined(__clang__)
 /* Copy and zero loops here run over one head's row (~100 bytes): GCC would otherwise turn them
  * into memcpy/memset library calls, which cost more than the copies themselves. */
 #pragma GCC optimize("no-tree-loop-distribute-patterns")
 #endif
 
-#define VL 16     /* floats per vector */
 #define QROWS 4   /* query rows that share one pass over the keys */
-
-typedef float vf __attribute__((vector_size(VL * sizeof(float))));
-typedef int32_t vi __attribute__((vector_size(VL * sizeof(int32_t))));
-typedef float vf_unaligned __attribute__((vector_size(VL * sizeof(float)), aligned(4), may_alias));
 
 enum { DTYPE_F32 = 0, DTYPE_BF16 = 1 };
 
-static inline vf vload(const float *p) { return *(const vf_unaligned *)p; }
-static inline void vstore(float *p, vf v) { *(vf_unaligned *)p = v; }
-static inline vf vsplat(float x) { vf v = {0}; return v + x; }
-static inline vf vselect(vi mask, vf a, vf b) { return (vf)(((vi)a & mask) | ((vi)b & ~mask)); }
-static inline vf vmax(vf a, vf b) { return vselect(a > b, a, b); }
 static const vi LANE = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 static inline vi viota(int start) { return LANE + start; }
 /* Horizontal max and sum as a tree of vector shuffles (depth 4), not a chain of 16 scalar ops. */
@@ -54,39 +46,6 @@ static inline float hsum(vf v) {
     v += VSWAP(v, 2);
     v += VSWAP(v, 1);
     return v[0];
-}
-
-/* exp(x) for x <= 0 (scores minus their row maximum), after a range reduction by ln 2. `coarse`
- * (a compile-time constant at every call) picks a degree-4 polynomial, relative error ~4e-5, for
- * probabilities that are rounded to bfloat16 anyway; otherwise Cephes' degree-6 one, ~2 ulp.
- * Below -87 (masked keys are -inf) the result is exactly 0. */
-static inline vf vexp(vf x, int coarse) {
-    vi underflow = x < -87.0f;
-    x = vmax(x, vsplat(-87.0f));
-    const vf magic = vsplat(12582912.0f); /* 1.5 * 2^23: adding it rounds to an integer */
-    vf t = x * 1.44269504088896341f + magic;
-    vi n = (vi)t - (vi)magic;
-    vf fn = t - magic;
-    vf r = x - fn * 0.693359375f;
-    r = r - fn * -2.12194440e-4f;
-    vf y;
-    if (coarse) {
-        y = vsplat(1.0f / 24.0f);
-        y = y * r + 1.0f / 6.0f;
-        y = y * r + 0.5f;
-        y = y * r + 1.0f;
-        y = y * r + 1.0f;
-    } else {
-        vf p = vsplat(1.9875691500e-4f);
-        p = p * r + 1.3981999507e-3f;
-        p = p * r + 8.3334519073e-3f;
-        p = p * r + 4.1665795894e-2f;
-        p = p * r + 1.6666665459e-1f;
-        p = p * r + 5.0000001201e-1f;
-        y = p * r * r + r + 1.0f;
-    }
-    /* y * 2^n by adding n to the exponent field: y is in [0.7, 1.5] and n >= -126, so no overflow. */
-    return (vf)(((vi)y + (n << 23)) & ~underflow);
 }
 
 static inline float bf16_to_f32(uint16_t h) {

@@ -1,0 +1,73 @@
+/*
+ * Portable 16-float vectors (GCC/Clang vector extensions, lowered to AVX-512, 2 x AVX2 or
+ * 4 x NEON/SSE) and the elementwise functions the CPU kernels share: exp for x <= 0 and the exact
+ * (erf) GELU. Used by the varlen attention kernels (attention/csrc/varlen_common.h) and the int8
+ * row kernel (int8_rows.c).
+ */
+#ifndef SGL_VEC16_H
+#define SGL_VEC16_H
+
+#include <stdint.h>
+
+#define VL 16 /* floats per vector */
+
+typedef float vf __attribute__((vector_size(VL * sizeof(float))));
+typedef int32_t vi __attribute__((vector_size(VL * sizeof(int32_t))));
+typedef float vf_unaligned __attribute__((vector_size(VL * sizeof(float)), aligned(4), may_alias));
+
+static inline vf vload(const float *p) { return *(const vf_unaligned *)p; }
+static inline void vstore(float *p, vf v) { *(vf_unaligned *)p = v; }
+static inline vf vsplat(float x) { vf v = {0}; return v + x; }
+static inline vf vselect(vi mask, vf a, vf b) { return (vf)(((vi)a & mask) | ((vi)b & ~mask)); }
+static inline vf vmax(vf a, vf b) { return vselect(a > b, a, b); }
+
+/* exp(x) for x <= 0 (scores minus their row maximum, -x^2), after a range reduction by ln 2.
+ * `coarse` (a compile-time constant at every call) picks a degree-4 polynomial, relative error
+ * ~4e-5, for probabilities that are rounded to bfloat16 anyway; otherwise Cephes' degree-6 one,
+ * ~2 ulp. Below -87 (masked keys are -inf) the result is exactly 0. */
+static inline vf vexp(vf x, int coarse) {
+    vi underflow = x < -87.0f;
+    x = vmax(x, vsplat(-87.0f));
+    const vf magic = vsplat(12582912.0f); /* 1.5 * 2^23: adding it rounds to an integer */
+    vf t = x * 1.44269504088896341f + magic;
+    vi n = (vi)t - (vi)magic;
+    vf fn = t - magic;
+    vf r = x - fn * 0.693359375f;
+    r = r - fn * -2.12194440e-4f;
+    vf y;
+    if (coarse) {
+        y = vsplat(1.0f / 24.0f);
+        y = y * r + 1.0f / 6.0f;
+        y = y * r + 0.5f;
+        y = y * r + 1.0f;
+        y = y * r + 1.0f;
+    } else {
+        vf p = vsplat(1.9875691500e-4f);
+        p = p * r + 1.3981999507e-3f;
+        p = p * r + 8.3334519073e-3f;
+        p = p * r + 4.1665795894e-2f;
+        p = p * r + 1.6666665459e-1f;
+        p = p * r + 5.0000001201e-1f;
+        y = p * r * r + r + 1.0f;
+    }
+    /* y * 2^n by adding n to the exponent field: y is in [0.7, 1.5] and n >= -126, so no overflow. */
+    return (vf)(((vi)y + (n << 23)) & ~underflow);
+}
+
+/* GELU as BERT defines it, x * (1 + erf(x / sqrt 2)) / 2, with erf from Abramowitz & Stegun
+ * 7.1.26 (absolute error <= 1.5e-7): erf(a) = 1 - t (a1 + t (a2 + ...)) exp(-a^2), t = 1 / (1 + p a). */
+static inline vf vgelu(vf x) {
+    vf z = x * 0.70710678118654752f;
+    vi negative = z < 0.0f;
+    vf a = vselect(negative, -z, z);
+    vf t = 1.0f / (1.0f + 0.3275911f * a);
+    vf p = vsplat(1.061405429f);
+    p = p * t - 1.453152027f;
+    p = p * t + 1.421413741f;
+    p = p * t - 0.284496736f;
+    p = p * t + 0.254829592f;
+    vf e = 1.0f - p * t * vexp(-a * a, 0);
+    return 0.5f * x * (1.0f + vselect(negative, -e, e));
+}
+
+#endif
