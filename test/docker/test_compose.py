@@ -13,6 +13,7 @@ import shlex
 import pytest
 import yaml
 
+from sglang.srt.entrypoints.health_probe import probe_target
 from test.helpers.deploy import compose_interpolate, parse_serve_args, server_routes
 from test.helpers.nginx import REPO, TEMPLATE, render_template, unfilled_variables
 
@@ -54,9 +55,10 @@ def test_replicas_run_real_flags_and_probe_a_real_route(name):
         assert args.host == "0.0.0.0" and str(args.port) in svc["expose"]
         context = (DOCKER / svc["build"]["context"]).resolve()
         assert (context / svc["build"]["dockerfile"]).is_file()
-        check = " ".join(svc["healthcheck"]["test"])
-        url = re.search(r"http://127\.0\.0\.1:(\d+)(/[\w/]*)", check)
-        assert url and int(url[1]) == args.port and ("GET", url[2]) in server_routes(), check
+        check = svc["healthcheck"]["test"]
+        assert check[:3] == ["CMD", "sglang", "health"], check  # the image's own probe (sglang.cli.health)
+        assert probe_target(parse_serve_args(check[3:])) == ("127.0.0.1", args.port, False), check
+        assert ("GET", "/health") in server_routes()
         assert seconds(svc["stop_grace_period"]) > args.graceful_timeout > 0
         assert svc["restart"] in ("always", "unless-stopped", "on-failure")
 
