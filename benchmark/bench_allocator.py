@@ -9,7 +9,8 @@ number of texts drawn from --sizes, each text a random token count in [--min-tok
 --max-tokens], capped at --max-num-tokens as the scheduler caps its batches. Reported per set-up:
 the process's CPU seconds for the batches (all its threads; steadier than wall time on a shared
 machine), wall seconds, tokens per CPU-second relative to `off` (glibc, oneDNN's default cache:
-the behaviour before issue 20), and RSS after the batches. Set-ups alternate across --repeats.
+the behaviour before issue 20), and RSS right after the batches (busy) and after the release the
+scheduler makes once it sits idle. Set-ups alternate across --repeats.
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ def _run(config: str, work: list[list[int]], threads: Optional[int], conn) -> No
         memory.after_batch(sum(lengths))
         tokens += sum(lengths)
     end = os.times()
+    busy_rss = rss_mb(os.getpid())
+    if memory.idle_release_s() is not None:  # what the scheduler loop does once it sits idle
+        memory.release()
     conn.send(
         {
             "config": config,
@@ -68,7 +72,8 @@ def _run(config: str, work: list[list[int]], threads: Optional[int], conn) -> No
             "system_s": end.system - times.system,  # page faults, madvise: what returning memory costs
             "wall_s": time.perf_counter() - wall,
             "tokens": tokens,
-            "rss_mb": rss_mb(os.getpid()),
+            "rss_mb": busy_rss,  # right after the last batch
+            "idle_rss_mb": rss_mb(os.getpid()),  # after the idle release
         }
     )
 
@@ -129,15 +134,16 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(
                 f"  {config:9s} ({res['allocator']}): {res['cpu_s']:.1f} CPU s ({res.get('system_s', 0):.1f} system), "
                 f"{res['wall_s']:.1f} s wall, "
-                f"RSS {res['rss_mb']:.0f} MB",
+                f"RSS {res['rss_mb']:.0f} MB busy, {res['idle_rss_mb']:.0f} MB idle",
                 flush=True,
             )
     base = sum(r["cpu_s"] for r in results.get("off", [])) or None
-    print("set-up     CPU s (sum)  wall s (sum)  RSS MB (last)  CPU vs off")
+    print("set-up     CPU s (sum)  wall s (sum)  RSS MB busy / idle (last)  CPU vs off")
     for config, rows in results.items():
         cpu = sum(r["cpu_s"] for r in rows)
         ratio = f"{cpu / base:.3f}" if base else "-"
-        print(f"{config:9s}  {cpu:11.1f}  {sum(r['wall_s'] for r in rows):12.1f}  {rows[-1]['rss_mb']:13.0f}  {ratio}")
+        rss = f"{rows[-1]['rss_mb']:.0f} / {rows[-1]['idle_rss_mb']:.0f}"
+        print(f"{config:9s}  {cpu:11.1f}  {sum(r['wall_s'] for r in rows):12.1f}  {rss:>25s}  {ratio}")
     return 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import pytest
 import requests
@@ -18,7 +19,9 @@ from test.helpers.server import ServerProcess
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "benchmark"))
 from bench_serving import DEFAULT_TEXTS, load_texts, run_event_loop  # noqa: E402
 from bench_soak import DEFAULT_SIZES, mixed_load  # noqa: E402
-from rss_sampler import RssLog, growth  # noqa: E402
+from rss_sampler import RssLog, growth, rss_mb, server_processes  # noqa: E402
+
+from sglang.srt.utils.allocator import IDLE_RELEASE_S  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -38,10 +41,13 @@ def test_memory_set_up_is_reported(server):
     assert memory["cpu_allocator"] == "jemalloc", memory
     assert memory["cpu_allocator_library"].endswith("libjemalloc.so.2")
     assert memory["onednn_primitive_cache_capacity"] == 256
+    assert memory["idle_release_s"] == IDLE_RELEASE_S and memory["pool_cap_mb"] == 512
     assert "memory: allocator=jemalloc" in server.log()
 
 
 def test_scheduler_rss_is_flat_under_mixed_sizes(server):
+    scheduler_pid = server_processes(server.proc.pid)["scheduler"]
+    before_mb = rss_mb(scheduler_pid)
     texts = load_texts(DEFAULT_TEXTS, None)
     sizes = [int(s) for s in DEFAULT_SIZES.split(",")]
     log = RssLog(server.proc.pid, interval=5.0).start()
@@ -57,3 +63,11 @@ def test_scheduler_rss_is_flat_under_mixed_sizes(server):
     summary = f"scheduler RSS {g.baseline_mb:.0f} -> {g.final_mb:.0f} MB (peak {g.peak_mb:.0f}), {stats.row()}"
     print(summary)
     assert g.ratio <= SOAK_MAX_GROWTH, summary
+
+    # Busy, the scheduler keeps freed pages as a pool; idle, it gives them back: within a few
+    # seconds RSS is near where it started (plus oneDNN's cached shapes), well under the peak.
+    deadline, idle_mb = time.monotonic() + IDLE_RELEASE_S + 10, rss_mb(scheduler_pid)
+    while idle_mb > before_mb + 150 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        idle_mb = rss_mb(scheduler_pid)
+    assert idle_mb <= before_mb + 150 and idle_mb < g.peak_mb - 50, (before_mb, idle_mb, summary)

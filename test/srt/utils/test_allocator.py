@@ -109,6 +109,8 @@ def test_jemalloc_is_installed_and_preloaded_into_the_child():
         "cpu_allocator": "jemalloc",
         "cpu_allocator_library": plan.library,
         "malloc_trim_after_tokens": None,
+        "idle_release_s": allocator.IDLE_RELEASE_S,
+        "pool_cap_mb": allocator.POOL_CAP_BYTES >> 20,
         "onednn_primitive_cache_capacity": ONEDNN_CACHE_CAPACITY,
     }
     assert loaded_allocator() is None  # the launching process itself stays on glibc
@@ -119,6 +121,7 @@ def test_glibc_fallback_trims_and_a_failed_preload_is_reported():
     loaded, info, warning = _spawn_with(plan_allocator("glibc", {}))
     assert loaded is None and warning is None
     assert info["cpu_allocator"] == "glibc" and info["malloc_trim_after_tokens"] == allocator.GLIBC_TRIM_AFTER_TOKENS
+    assert info["idle_release_s"] == allocator.IDLE_RELEASE_S and info["pool_cap_mb"] is None
     broken = AllocatorPlan(
         "jemalloc", "jemalloc", "/nonexistent/libjemalloc.so.2", {"LD_PRELOAD": "/nonexistent/libjemalloc.so.2"}
     )
@@ -166,3 +169,53 @@ def test_glibc_keeps_freed_activation_memory_unless_trimmed():
     kept, trimmed = _in_child(_churn, False), _in_child(_churn, True)
     assert kept > 40, kept  # what the issue saw: glibc keeps the pages of freed buffers
     assert trimmed < 10 and trimmed < kept / 4, (trimmed, kept)
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS"))
+
+
+def _pool(plan: AllocatorPlan, conn) -> None:
+    """Freed buffers of many sizes: what jemalloc keeps while busy, and what release() gives back."""
+    import numpy as np
+
+    memory = SchedulerMemory(plan)
+    steps = {"start": _rss_mb()}
+    buffers = [np.ones(k * 250_000) for k in range(1, 13)]  # 2-24 MB each, 156 MB, touched
+    del buffers
+    memory.after_batch(5_000)
+    steps["busy"] = _rss_mb()  # under the cap: kept for the next batch
+    steps["idle_release_s"] = memory.idle_release_s()
+    steps["releases_busy"] = memory.releases
+    memory.release()  # what the loop does after IDLE_RELEASE_S without work
+    steps["idle"] = _rss_mb()
+    steps["after_release"] = memory.idle_release_s()
+    big = [np.ones(10_000_000) for _ in range(8)]  # 640 MB: over the cap
+    del big
+    memory.after_batch(5_000)
+    steps["over_cap"] = _rss_mb()
+    steps["releases"] = memory.releases
+    conn.send(steps)
+
+
+@pytest.mark.slow
+def test_jemalloc_keeps_a_pool_while_busy_and_gives_it_back_when_idle_or_over_its_cap():
+    plan = plan_allocator("jemalloc", {})
+    steps = _in_child(_pool, plan, env=plan.env)
+    assert steps["busy"] - steps["start"] > 120, steps  # the freed 156 MB stayed mapped: no faults next time
+    assert steps["idle_release_s"] == allocator.IDLE_RELEASE_S and steps["releases_busy"] == 0, steps
+    assert steps["idle"] - steps["start"] < 30, steps  # given back
+    assert steps["after_release"] is None, steps  # nothing held: the loop waits without a deadline
+    assert steps["over_cap"] - steps["start"] < 30 and steps["releases"] == 2, steps  # the cap bounds the pool
+
+
+@pytest.mark.slow
+def test_glibc_gives_memory_back_after_small_batches_once_idle():
+    memory = SchedulerMemory(AllocatorPlan("glibc", "glibc"))
+    memory.after_batch(allocator.GLIBC_TRIM_AFTER_TOKENS)  # a large batch: trimmed at once
+    assert memory.releases == 1 and memory.idle_release_s() is None
+    memory.after_batch(10)  # a small one: trimmed when the scheduler next sits idle
+    assert memory.releases == 1 and memory.idle_release_s() == allocator.IDLE_RELEASE_S
+    memory.release()
+    assert memory.releases == 2 and memory.idle_release_s() is None

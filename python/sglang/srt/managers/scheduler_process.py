@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import traceback
-from typing import Callable, Optional
+from typing import Optional
 
 import zmq
 
@@ -70,7 +70,7 @@ def run_scheduler_process(
     ready_pipe.send({"status": "ready", "model_info": model_info})
     ready_pipe.close()
     metrics = SchedulerMetrics({"dp_rank": slot.dp_rank})  # one series per replica (--dp-size)
-    SchedulerLoop(scheduler, recv, send, memory.after_batch, metrics, heartbeat).run_forever()
+    SchedulerLoop(scheduler, recv, send, memory, metrics, heartbeat).run_forever()
 
 
 def replica_name(slot: ReplicaSlot) -> str:
@@ -84,14 +84,14 @@ class SchedulerLoop:
         scheduler: Scheduler,
         recv: zmq.Socket,
         send: zmq.Socket,
-        after_batch: Callable[[int], None] = lambda num_tokens: None,
+        memory: Optional[SchedulerMemory] = None,
         metrics: Optional[SchedulerMetrics] = None,
         heartbeat: Optional[Heartbeat] = None,
     ) -> None:
         self.scheduler = scheduler
         self.recv = recv
         self.send = send
-        self.after_batch = after_batch  # the allocator's clean-up, given the batch's token count
+        self.memory = memory or SchedulerMemory(AllocatorPlan("off", "off"))  # when freed memory goes back
         self.metrics = metrics
         self.heartbeat = heartbeat
         self.poller = zmq.Poller()
@@ -120,17 +120,27 @@ class SchedulerLoop:
     def run_forever(self) -> None:
         wait: float | None = None
         while True:
-            timeout_ms = -1 if wait is None else max(0, int(wait * 1000))
-            self.poller.poll(timeout_ms)
-            self._drain()
-            if self.heartbeat is not None:  # what it holds now, the batch about to run included
-                self.heartbeat.set_pending(len(self.scheduler.waiting))
-            out, wait = self.scheduler.step()
-            if out is not None:
-                send(self.send, out)
-                if out.batch_tokens:
-                    self.after_batch(out.batch_tokens)
-            self._observe(out)
+            wait = self.run_once(wait)
+
+    def run_once(self, wait: Optional[float]) -> Optional[float]:
+        """Wait for input (at most `wait` s; None: until some comes), step; the next wait."""
+        # Idle (nothing to run, no deadline) with freed memory held: wake up to give it back.
+        release_after = self.memory.idle_release_s() if wait is None else None
+        timeout = wait if release_after is None else release_after
+        timeout_ms = -1 if timeout is None else max(0, int(timeout * 1000))
+        if not self.poller.poll(timeout_ms) and release_after is not None:
+            self.memory.release()
+            return None
+        self._drain()
+        if self.heartbeat is not None:  # what it holds now, the batch about to run included
+            self.heartbeat.set_pending(len(self.scheduler.waiting))
+        out, wait = self.scheduler.step()
+        if out is not None:
+            send(self.send, out)
+            if out.batch_tokens:
+                self.memory.after_batch(out.batch_tokens)
+        self._observe(out)
+        return wait
 
     def _observe(self, out) -> None:
         queued = len(self.scheduler.waiting)

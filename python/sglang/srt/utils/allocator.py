@@ -8,10 +8,12 @@ and keeps the pages they leave behind: under mixed-size traffic the scheduler gr
 caches one matmul primitive per shape (about 0.6 MB each on AVX2, 1,024 of them by default: four
 per token count for a BERT-style model), which alone can hold 600 MB.
 
-So the launcher starts the scheduler on jemalloc (else tcmalloc) when the library is installed: it
-gives freed pages back to the system within seconds, even while idle. Without either library the
-scheduler stays on glibc and calls `malloc_trim` after every batch of some size. In both cases
-oneDNN's cache is capped. `--cpu-allocator off` leaves all of it alone (the behaviour before).
+So the launcher starts the scheduler on jemalloc (else tcmalloc) when the library is installed.
+jemalloc keeps the pages of freed buffers as a pool while the scheduler is busy (reused without
+page faults, bounded in size) and gives them back once it is idle. Without either library the
+scheduler stays on glibc and calls `malloc_trim` after every batch of some size and when idle. In
+all cases oneDNN's cache is capped. `--cpu-allocator off` leaves all of it alone (the behaviour
+before).
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ import os
 import sys
 import sysconfig
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping, Optional
+from typing import Callable, Iterator, Mapping, Optional
+
+from sglang.srt.utils.jemalloc_ctl import JemallocControl
 
 logger = logging.getLogger(__name__)
 
@@ -38,11 +42,18 @@ _SONAMES = {
     "tcmalloc": ("libtcmalloc_minimal.so.4", "libtcmalloc.so.4"),
 }
 
-# jemalloc: a background thread purges freed pages on its decay schedule (~10 s) even while the
-# scheduler is idle (otherwise purging happens only inside later malloc/free calls). No oversize
-# arena: jemalloc puts allocations over 8 MiB in an arena that unmaps them at once on free, so
-# every large activation buffer would be page-faulted afresh in every batch (measured: 0.63x).
-JEMALLOC_CONF = "background_thread:true,oversize_threshold:0"
+# jemalloc: no page return on a timer (dirty_decay_ms:-1). Every page given back is faulted in again
+# when a later batch's activations touch it: with jemalloc's 10-s decay the scheduler spent ~10% more
+# CPU per token than on glibc, all of it in the kernel. Instead the scheduler gives the pool back
+# itself (SchedulerMemory): after IDLE_RELEASE_S without work, or at once when it passes
+# POOL_CAP_BYTES under unbroken load. No oversize arena: jemalloc puts allocations over 8 MiB in an
+# arena that unmaps them at once on free, so every large activation buffer would be page-faulted
+# afresh in every batch (measured: 0.63x).
+JEMALLOC_CONF = "oversize_threshold:0,dirty_decay_ms:-1,muzzy_decay_ms:-1"
+# Idle this long (no request waiting or running) and the freed pages go back to the system.
+IDLE_RELEASE_S = 2.0
+# jemalloc's pool of freed pages is given back at once, busy or not, when it holds more than this.
+POOL_CAP_BYTES = 512 << 20
 # oneDNN's primitive cache: entries (one per matmul shape) kept per process; oneDNN's default is 1,024.
 ONEDNN_CACHE_VAR = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
 ONEDNN_CACHE_CAPACITY = 256
@@ -151,10 +162,12 @@ def glibc_malloc_trim() -> Optional[ctypes._CFuncPtr]:
 
 
 class SchedulerMemory:
-    """The plan as it turned out inside the scheduler process, and the glibc fallback's trims.
+    """The plan as it turned out inside the scheduler process, and when freed memory goes back.
 
     Built first thing in the scheduler process. It checks which allocator really got loaded (the
-    loader ignores a preload it cannot use, with a message on stderr) and reports it all.
+    loader ignores a preload it cannot use, with a message on stderr) and reports it all. The
+    scheduler loop calls after_batch() after every batch and release() once it has been idle for
+    idle_release_s() seconds.
     """
 
     def __init__(self, plan: AllocatorPlan) -> None:
@@ -168,11 +181,38 @@ class SchedulerMemory:
                 "the scheduler runs on glibc malloc with malloc_trim after large batches"
             )
         self._trim = glibc_malloc_trim() if self.allocator == "glibc" else None
+        self._jemalloc = (
+            JemallocControl.open(plan.library) if self.allocator == "jemalloc" and plan.library else None
+        )
+        self._give_back: Optional[Callable[[], object]] = (
+            self._jemalloc.purge if self._jemalloc else (lambda: self._trim(0)) if self._trim else None
+        )
+        self._holding = False  # freed memory may be held since the last release
+        self.releases = 0  # times the pool went back: idle, over the cap, or a glibc trim
 
     def after_batch(self, num_tokens: int) -> None:
-        """On glibc, hand the heap's free pages back to the system after a large batch."""
-        if self._trim is not None and num_tokens >= GLIBC_TRIM_AFTER_TOKENS:
-            self._trim(0)
+        """glibc: trim after a large batch. jemalloc: give the pool back if it passed its cap."""
+        if self._give_back is None:
+            return
+        self._holding = True
+        if self._trim is not None:
+            if num_tokens >= GLIBC_TRIM_AFTER_TOKENS:
+                self.release()
+        elif self._jemalloc is not None:
+            dirty = self._jemalloc.dirty_bytes()
+            if dirty is not None and dirty > POOL_CAP_BYTES:
+                self.release()
+
+    def idle_release_s(self) -> Optional[float]:
+        """How long the scheduler may sit idle before release(); None when nothing is held."""
+        return IDLE_RELEASE_S if self._holding else None
+
+    def release(self) -> None:
+        """Give the freed memory back to the system now."""
+        if self._give_back is not None:
+            self._give_back()
+            self.releases += 1
+        self._holding = False
 
     def info(self) -> dict:
         """The `memory` entry of /model_info."""
@@ -181,6 +221,8 @@ class SchedulerMemory:
             "cpu_allocator": self.allocator,
             "cpu_allocator_library": self.plan.library if self.allocator == self.plan.allocator else None,
             "malloc_trim_after_tokens": GLIBC_TRIM_AFTER_TOKENS if self._trim is not None else None,
+            "idle_release_s": IDLE_RELEASE_S if self._give_back is not None else None,
+            "pool_cap_mb": POOL_CAP_BYTES >> 20 if self._jemalloc is not None else None,
             "onednn_primitive_cache_capacity": int(cap) if cap.isdigit() else None,
         }
 
