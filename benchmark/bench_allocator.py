@@ -27,6 +27,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_serving import machine_info  # noqa: E402
 from rss_sampler import rss_mb  # noqa: E402
 
+from sglang.srt.utils.allocator import DEFAULT_POOL_MB  # noqa: E402
+
 CONFIGS = ("off", "auto", "glibc", "tcmalloc")
 
 
@@ -42,7 +44,7 @@ def batches(args: argparse.Namespace) -> list[list[int]]:
     return out
 
 
-def _run(config: str, work: list[list[int]], threads: Optional[int], conn) -> None:
+def _run(config: str, work: list[list[int]], threads: Optional[int], pool_mb: int, conn) -> None:
     import numpy as np
 
     from sglang.srt.model_executor.model_runner import ModelRunner
@@ -51,7 +53,7 @@ def _run(config: str, work: list[list[int]], threads: Optional[int], conn) -> No
 
     name = config.split(":", 1)[0]
     plan = plan_allocator(name, {}) if name != "off" else AllocatorPlan("off", "off")
-    memory = SchedulerMemory(plan)
+    memory = SchedulerMemory(plan, pool_mb)
     runner = ModelRunner(ServerArgs(cpu_threads=threads))
     rng = np.random.default_rng(0)
     runner.embed([rng.integers(1000, 20000, 16)])  # first call's one-off set-up, outside the timing
@@ -78,7 +80,7 @@ def _run(config: str, work: list[list[int]], threads: Optional[int], conn) -> No
     )
 
 
-def run_config(config: str, work: list[list[int]], threads: Optional[int]) -> dict[str, Any]:
+def run_config(config: str, work: list[list[int]], threads: Optional[int], pool_mb: int) -> dict[str, Any]:
     from sglang.srt.utils.allocator import child_environment, plan_allocator
 
     name, _, conf = config.partition(":")  # jemalloc:<MALLOC_CONF> tries other jemalloc settings
@@ -87,7 +89,7 @@ def run_config(config: str, work: list[list[int]], threads: Optional[int]) -> di
         env["MALLOC_CONF"] = conf
     ctx = mp.get_context("spawn")
     reader, writer = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_run, args=(config, work, threads, writer))
+    proc = ctx.Process(target=_run, args=(config, work, threads, pool_mb, writer))
     with child_environment(env):
         proc.start()
     writer.close()
@@ -119,6 +121,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--max-num-tokens", type=int, default=16384)
     p.add_argument("--cpu-threads", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--pool-mb", type=int, default=DEFAULT_POOL_MB, help="--cpu-pool-mb of the jemalloc set-ups")
     args = p.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",")]
     configs = args.configs.split(",") + [f"jemalloc:{conf}" for conf in args.jemalloc_conf]
@@ -129,7 +132,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     results: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
     for r in range(args.repeats):
         for config in configs if r % 2 == 0 else reversed(configs):
-            res = run_config(config, work, args.cpu_threads)
+            res = run_config(config, work, args.cpu_threads, args.pool_mb)
             results[config].append(res)
             print(
                 f"  {config:9s} ({res['allocator']}): {res['cpu_s']:.1f} CPU s ({res.get('system_s', 0):.1f} system), "

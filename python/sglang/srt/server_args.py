@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from sglang.srt.errors import ConfigError
-from sglang.srt.utils.allocator import ALLOCATOR_CHOICES, PRELOADED_ALLOCATORS, find_allocator
+from sglang.srt.utils.allocator import ALLOCATOR_CHOICES, DEFAULT_POOL_MB, PRELOADED_ALLOCATORS, find_allocator
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 
@@ -89,6 +89,7 @@ class ServerArgs:
     cpu_threads: Optional[int] = None
     attention_backend: str = "auto"
     cpu_allocator: str = "auto"  # the scheduler's malloc and oneDNN cache cap (utils/allocator.py)
+    cpu_pool_mb: int = DEFAULT_POOL_MB  # freed memory jemalloc may keep for reuse while busy
     disable_cuda_graph: bool = False
     cuda_graph_max_tokens: int = 4096
     cuda_graph_max_seqs: int = 128
@@ -207,6 +208,8 @@ class ServerArgs:
             raise ConfigError("--max-queue-delay must be >= 0 seconds")
         if self.cpu_threads is not None and self.cpu_threads < 1:
             raise ConfigError("--cpu-threads must be at least 1")
+        if self.cpu_pool_mb < 0:
+            raise ConfigError("--cpu-pool-mb must be >= 0 (0: give freed memory back after every batch)")
         if self.cpu_allocator in PRELOADED_ALLOCATORS and find_allocator(self.cpu_allocator) is None:
             raise ConfigError(
                 f"--cpu-allocator {self.cpu_allocator}: the library is not installed "
@@ -367,6 +370,10 @@ class ServerArgs:
                        help="The scheduler's memory allocator. auto: jemalloc, else tcmalloc, when installed, "
                             "else glibc with fixed thresholds and trims; all but off also cap oneDNN's "
                             "per-shape cache. off: none of it (docs/cpu.md).")
+        g.add_argument("--cpu-pool-mb", type=int, default=d["cpu_pool_mb"].default,
+                       help="With jemalloc: MB of freed pages the scheduler keeps for the next batches while "
+                            "busy (reused without page faults); more is given back at once, and all of it "
+                            "after 2 s idle. 0: give it back after every batch.")
         g.add_argument("--disable-cuda-graph", action="store_true", help="Run the GPU forward eagerly.")
         g.add_argument("--cuda-graph-max-tokens", type=int, default=d["cuda_graph_max_tokens"].default,
                        help="Largest token bucket captured as a CUDA graph; bigger batches run eagerly.")

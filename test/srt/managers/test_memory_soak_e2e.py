@@ -21,7 +21,7 @@ from bench_serving import DEFAULT_TEXTS, load_texts, run_event_loop  # noqa: E40
 from bench_soak import DEFAULT_SIZES, mixed_load  # noqa: E402
 from rss_sampler import RssLog, growth, rss_mb, server_processes  # noqa: E402
 
-from sglang.srt.utils.allocator import IDLE_RELEASE_S  # noqa: E402
+from sglang.srt.utils.allocator import DEFAULT_POOL_MB, IDLE_RELEASE_S  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +41,7 @@ def test_memory_set_up_is_reported(server):
     assert memory["cpu_allocator"] == "jemalloc", memory
     assert memory["cpu_allocator_library"].endswith("libjemalloc.so.2")
     assert memory["onednn_primitive_cache_capacity"] == 256
-    assert memory["idle_release_s"] == IDLE_RELEASE_S and memory["pool_cap_mb"] == 512
+    assert memory["idle_release_s"] == IDLE_RELEASE_S and memory["pool_cap_mb"] == DEFAULT_POOL_MB
     assert "memory: allocator=jemalloc" in server.log()
 
 

@@ -68,6 +68,16 @@ def test_an_allocator_asked_for_by_name_must_be_installed(monkeypatch):
     ServerArgs(cpu_allocator="glibc")
 
 
+def test_pool_size_is_a_flag_and_an_environment_variable():
+    from sglang.cli import parse_serve_args
+
+    assert parse_serve_args([], environ={}).cpu_pool_mb == allocator.DEFAULT_POOL_MB
+    assert parse_serve_args(["--cpu-pool-mb", "0"], environ={}).cpu_pool_mb == 0
+    assert parse_serve_args([], environ={"SGLANG_CPU_POOL_MB": "512"}).cpu_pool_mb == 512
+    with pytest.raises(ConfigError, match="--cpu-pool-mb must be >= 0"):
+        parse_serve_args(["--cpu-pool-mb", "-1"], environ={})
+
+
 def test_child_environment_is_restored():
     os.environ["SGLANG_TEST_KEEP"] = "1"
     with child_environment({"SGLANG_TEST_KEEP": "2", "SGLANG_TEST_NEW": "3"}):
@@ -110,7 +120,7 @@ def test_jemalloc_is_installed_and_preloaded_into_the_child():
         "cpu_allocator_library": plan.library,
         "malloc_trim_after_tokens": None,
         "idle_release_s": allocator.IDLE_RELEASE_S,
-        "pool_cap_mb": allocator.POOL_CAP_BYTES >> 20,
+        "pool_cap_mb": allocator.DEFAULT_POOL_MB,
         "onednn_primitive_cache_capacity": ONEDNN_CACHE_CAPACITY,
     }
     assert loaded_allocator() is None  # the launching process itself stays on glibc
@@ -180,7 +190,7 @@ def _pool(plan: AllocatorPlan, conn) -> None:
     """Freed buffers of many sizes: what jemalloc keeps while busy, and what release() gives back."""
     import numpy as np
 
-    memory = SchedulerMemory(plan)
+    memory = SchedulerMemory(plan, pool_mb=256)
     steps = {"start": _rss_mb()}
     buffers = [np.ones(k * 250_000) for k in range(1, 13)]  # 2-24 MB each, 156 MB, touched
     del buffers
@@ -191,11 +201,17 @@ def _pool(plan: AllocatorPlan, conn) -> None:
     memory.release()  # what the loop does after IDLE_RELEASE_S without work
     steps["idle"] = _rss_mb()
     steps["after_release"] = memory.idle_release_s()
-    big = [np.ones(10_000_000) for _ in range(8)]  # 640 MB: over the cap
+    big = [np.ones(10_000_000) for _ in range(8)]  # 640 MB: over the cap (256 MB in the test)
     del big
     memory.after_batch(5_000)
     steps["over_cap"] = _rss_mb()
     steps["releases"] = memory.releases
+    no_pool = SchedulerMemory(plan, pool_mb=0)  # --cpu-pool-mb 0: freed pages go back after every batch
+    buffers = [np.ones(k * 250_000) for k in range(1, 13)]
+    del buffers
+    no_pool.after_batch(5_000)
+    steps["no_pool"] = _rss_mb()
+    steps["no_pool_releases"] = no_pool.releases
     conn.send(steps)
 
 
@@ -208,6 +224,7 @@ def test_jemalloc_keeps_a_pool_while_busy_and_gives_it_back_when_idle_or_over_it
     assert steps["idle"] - steps["start"] < 30, steps  # given back
     assert steps["after_release"] is None, steps  # nothing held: the loop waits without a deadline
     assert steps["over_cap"] - steps["start"] < 30 and steps["releases"] == 2, steps  # the cap bounds the pool
+    assert steps["no_pool"] - steps["start"] < 30 and steps["no_pool_releases"] == 1, steps
 
 
 @pytest.mark.slow

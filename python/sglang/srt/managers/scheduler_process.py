@@ -46,7 +46,7 @@ def run_scheduler_process(
     if slot.dp_size > 1:  # ps/top keep 15 bytes: sglang-sched-1 rather than sglang-schedule for all
         set_process_name(f"sglang-sched-{slot.dp_rank}")
     configure_logging(server_args.log_level, replica_name(slot), server_args.log_format)
-    memory = SchedulerMemory(allocator_plan or AllocatorPlan(server_args.cpu_allocator, "off"))
+    memory = SchedulerMemory(allocator_plan or AllocatorPlan(server_args.cpu_allocator, "off"), server_args.cpu_pool_mb)
     memory.log()
     try:
         from sglang.srt.model_executor.model_runner import ModelRunner

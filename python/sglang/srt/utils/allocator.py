@@ -46,14 +46,15 @@ _SONAMES = {
 # when a later batch's activations touch it: with jemalloc's 10-s decay the scheduler spent ~10% more
 # CPU per token than on glibc, all of it in the kernel. Instead the scheduler gives the pool back
 # itself (SchedulerMemory): after IDLE_RELEASE_S without work, or at once when it passes
-# POOL_CAP_BYTES under unbroken load. No oversize arena: jemalloc puts allocations over 8 MiB in an
+# --cpu-pool-mb under unbroken load. No oversize arena: jemalloc puts allocations over 8 MiB in an
 # arena that unmaps them at once on free, so every large activation buffer would be page-faulted
 # afresh in every batch (measured: 0.63x).
 JEMALLOC_CONF = "oversize_threshold:0,dirty_decay_ms:-1,muzzy_decay_ms:-1"
 # Idle this long (no request waiting or running) and the freed pages go back to the system.
 IDLE_RELEASE_S = 2.0
-# jemalloc's pool of freed pages is given back at once, busy or not, when it holds more than this.
-POOL_CAP_BYTES = 512 << 20
+# jemalloc's pool of freed pages is given back at once, busy or not, when it holds more than this
+# (--cpu-pool-mb).
+DEFAULT_POOL_MB = 128
 # oneDNN's primitive cache: entries (one per matmul shape) kept per process; oneDNN's default is 1,024.
 ONEDNN_CACHE_VAR = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
 ONEDNN_CACHE_CAPACITY = 256
@@ -170,8 +171,9 @@ class SchedulerMemory:
     idle_release_s() seconds.
     """
 
-    def __init__(self, plan: AllocatorPlan) -> None:
+    def __init__(self, plan: AllocatorPlan, pool_mb: int = DEFAULT_POOL_MB) -> None:
         self.plan = plan
+        self.pool_cap_bytes = pool_mb << 20
         loaded = loaded_allocator()
         self.allocator = "off" if plan.allocator == "off" else (loaded or "glibc")
         self.warning: Optional[str] = None
@@ -181,9 +183,7 @@ class SchedulerMemory:
                 "the scheduler runs on glibc malloc with malloc_trim after large batches"
             )
         self._trim = glibc_malloc_trim() if self.allocator == "glibc" else None
-        self._jemalloc = (
-            JemallocControl.open(plan.library) if self.allocator == "jemalloc" and plan.library else None
-        )
+        self._jemalloc = JemallocControl.open(plan.library) if self.allocator == "jemalloc" and plan.library else None
         self._give_back: Optional[Callable[[], object]] = (
             self._jemalloc.purge if self._jemalloc else (lambda: self._trim(0)) if self._trim else None
         )
@@ -200,7 +200,7 @@ class SchedulerMemory:
                 self.release()
         elif self._jemalloc is not None:
             dirty = self._jemalloc.dirty_bytes()
-            if dirty is not None and dirty > POOL_CAP_BYTES:
+            if dirty is not None and dirty > self.pool_cap_bytes:
                 self.release()
 
     def idle_release_s(self) -> Optional[float]:
@@ -222,7 +222,7 @@ class SchedulerMemory:
             "cpu_allocator_library": self.plan.library if self.allocator == self.plan.allocator else None,
             "malloc_trim_after_tokens": GLIBC_TRIM_AFTER_TOKENS if self._trim is not None else None,
             "idle_release_s": IDLE_RELEASE_S if self._give_back is not None else None,
-            "pool_cap_mb": POOL_CAP_BYTES >> 20 if self._jemalloc is not None else None,
+            "pool_cap_mb": self.pool_cap_bytes >> 20 if self._jemalloc is not None else None,
             "onednn_primitive_cache_capacity": int(cap) if cap.isdigit() else None,
         }
 
