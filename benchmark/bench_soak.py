@@ -14,8 +14,8 @@ our server launched on a free loopback port with --allow-auto-truncate.
 2. Soak: one server, --warmup seconds (120) then --duration seconds (1200). The RSS of every
    process (HTTP, scheduler, detokenizer) is sampled every --interval seconds (10), printed as a
    table (a row a minute) and drawn to --plot. Exits 1 when a scheduler's RSS grew more than
-   --max-growth (0.15) from the end of the warm-up to the end of the run (medians of the last
-   minute of each), or when any request failed.
+   --max-growth (0.15) from just after the warm-up to the end of the run (medians of the first
+   minute after the warm-up and of the last minute), or when any request failed.
 3. One big request (--big-request texts, 2048), on a fresh server per A/B side: the scheduler's
    RSS before it, at its peak, and --settle seconds (30) after the answer, i.e. what one request
    leaves pinned.

@@ -140,12 +140,15 @@ class Growth:
 
 
 def growth(series: list[tuple[float, float]], warmup: float, window: float, role: str = "") -> Optional[Growth]:
-    """How much a process grew after the warm-up: medians of a window at each end (single samples
-    swing with the batch that happened to be running), plus the peak; None without samples."""
+    """How much a process grew after the warm-up: the median of the first window after it against
+    the median of the last window of the run (single samples swing with the batch that happened to
+    be running), plus the peak after the warm-up; None without samples. The baseline is taken after
+    the warm-up, not in its last window: the scheduler's RSS still rises then (oneDNN's kernel cache
+    and the allocator's pool filling), and that is what the warm-up is there to leave out."""
     if not series:
         return None
     end = series[-1][0]
-    base = [mb for t, mb in series if warmup - window <= t <= warmup] or [series[0][1]]
+    base = [mb for t, mb in series if warmup <= t <= warmup + window] or [series[0][1]]
     final = [mb for t, mb in series if t >= end - window] or [series[-1][1]]
     after = [mb for t, mb in series if t >= warmup] or final
     return Growth(role, statistics.median(base), statistics.median(final), max(after))

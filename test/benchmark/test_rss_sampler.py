@@ -16,10 +16,12 @@ from test.helpers.procs import wait_for  # noqa: E402
 
 
 def test_growth_compares_window_medians_after_the_warm_up():
-    series = [(t, 100.0) for t in range(0, 60, 10)] + [(60, 300.0)] + [(t, 110.0) for t in range(70, 130, 10)]
+    rising = [(t, 100.0 + t) for t in range(0, 60, 10)]  # the warm-up: caches and pools still filling
+    after = [(60, 200.0), (70, 500.0), (80, 200.0), (90, 200.0)]  # the first window after it, one spike
+    series = rising + after + [(t, 220.0) for t in range(100, 160, 10)]
     g = growth(series, warmup=60, window=30)
-    assert g.baseline_mb == 100.0  # the spike at 60 s is one sample of four in the window
-    assert g.final_mb == 110.0 and g.peak_mb == 300.0
+    assert g.baseline_mb == 200.0  # after the warm-up, not its rising end; the spike is one sample of four
+    assert g.final_mb == 220.0 and g.peak_mb == 500.0
     assert g.ratio == pytest.approx(0.10)
     assert growth([], 60, 30) is None
 
