@@ -72,6 +72,8 @@ def server_processes(server_pid: int) -> dict[str, int]:
     for pid, comm in sorted(members):
         if comm in ROLES:
             role = ROLES[comm]
+        elif comm.startswith("sglang-sched-"):  # a data-parallel replica: sglang-sched-<dp_rank>
+            role = "scheduler"
         elif comm.startswith("sglang-http-"):
             role = comm.removeprefix("sglang-")
         else:

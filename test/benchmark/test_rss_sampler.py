@@ -37,7 +37,8 @@ _FAKE_SERVER = textwrap.dedent("""
 
     if __name__ == "__main__":
         ctx = mp.get_context("fork")
-        for name in ("sglang-scheduler", "sglang-scheduler", "sglang-detokenizer", "sglang-http-1"):
+        # the names a --dp-size 2 server gives its processes (scheduler_process.py, http_worker.py)
+        for name in ("sglang-sched-0", "sglang-sched-1", "sglang-detokenizer", "sglang-http-1"):
             ctx.Process(target=child, args=(name,), daemon=True).start()
         subprocess.Popen(["sleep", "60"])
         print("ready", flush=True)
