@@ -40,7 +40,7 @@ def test_memory_set_up_is_reported(server):
     # The Makefile installs libjemalloc2, so the default (auto) finds and preloads it.
     assert memory["cpu_allocator"] == "jemalloc", memory
     assert memory["cpu_allocator_library"].endswith("libjemalloc.so.2")
-    assert memory["onednn_primitive_cache_capacity"] == 256
+    assert memory["onednn_primitive_cache_capacity"] == 256 and memory["ideep_cache_capacity"] == 256
     assert memory["idle_release_s"] == IDLE_RELEASE_S and memory["pool_cap_mb"] == DEFAULT_POOL_MB
     assert "memory: allocator=jemalloc" in server.log()
 

@@ -12,6 +12,8 @@ from sglang.srt.errors import ConfigError
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils import allocator
 from sglang.srt.utils.allocator import (
+    IDEEP_CACHE_CAPACITY,
+    IDEEP_CACHE_VAR,
     ONEDNN_CACHE_CAPACITY,
     ONEDNN_CACHE_VAR,
     AllocatorPlan,
@@ -35,6 +37,7 @@ def test_auto_prefers_jemalloc_then_tcmalloc_then_glibc(monkeypatch):
         "LD_PRELOAD": "/opt/lib/jemalloc.so",
         "MALLOC_CONF": allocator.JEMALLOC_CONF,
         ONEDNN_CACHE_VAR: str(ONEDNN_CACHE_CAPACITY),
+        IDEEP_CACHE_VAR: str(IDEEP_CACHE_CAPACITY),
     }
     _installed(monkeypatch, "tcmalloc")
     plan = plan_allocator("auto", {})
@@ -47,7 +50,7 @@ def test_auto_prefers_jemalloc_then_tcmalloc_then_glibc(monkeypatch):
 
 def test_operator_settings_win_and_preloads_are_kept(monkeypatch):
     _installed(monkeypatch, "jemalloc")
-    env = {"LD_PRELOAD": "/x/libfoo.so", "MALLOC_CONF": "narenas:2", ONEDNN_CACHE_VAR: "64"}
+    env = {"LD_PRELOAD": "/x/libfoo.so", "MALLOC_CONF": "narenas:2", ONEDNN_CACHE_VAR: "64", IDEEP_CACHE_VAR: "32"}
     plan = plan_allocator("auto", env)
     assert plan.env == {"LD_PRELOAD": "/opt/lib/jemalloc.so /x/libfoo.so"}
 
@@ -56,7 +59,8 @@ def test_off_changes_nothing_and_glibc_preloads_nothing(monkeypatch):
     _installed(monkeypatch, "jemalloc")
     assert plan_allocator("off", {}) == AllocatorPlan("off", "off")
     plan = plan_allocator("glibc", {})
-    assert plan.allocator == "glibc" and plan.env == {ONEDNN_CACHE_VAR: str(ONEDNN_CACHE_CAPACITY)}
+    assert plan.allocator == "glibc"
+    assert plan.env == {ONEDNN_CACHE_VAR: str(ONEDNN_CACHE_CAPACITY), IDEEP_CACHE_VAR: str(IDEEP_CACHE_CAPACITY)}
 
 
 def test_an_allocator_asked_for_by_name_must_be_installed(monkeypatch):
@@ -122,6 +126,7 @@ def test_jemalloc_is_installed_and_preloaded_into_the_child():
         "idle_release_s": allocator.IDLE_RELEASE_S,
         "pool_cap_mb": allocator.DEFAULT_POOL_MB,
         "onednn_primitive_cache_capacity": ONEDNN_CACHE_CAPACITY,
+        "ideep_cache_capacity": IDEEP_CACHE_CAPACITY,
     }
     assert loaded_allocator() is None  # the launching process itself stays on glibc
 
