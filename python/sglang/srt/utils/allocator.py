@@ -63,6 +63,7 @@ ONEDNN_CACHE_CAPACITY = 256
 # matmuls per token count filled it only after 256 distinct batch sizes, ~1.1 MB each (+280 MB).
 IDEEP_CACHE_VAR = "LRU_CACHE_CAPACITY"
 IDEEP_CACHE_CAPACITY = 256
+KERNEL_CACHE_CAPS = {ONEDNN_CACHE_VAR: ONEDNN_CACHE_CAPACITY, IDEEP_CACHE_VAR: IDEEP_CACHE_CAPACITY}
 # glibc fallback: after a batch of at least this many tokens, return the heap's free pages.
 GLIBC_TRIM_AFTER_TOKENS = 256
 
@@ -106,8 +107,7 @@ def plan_allocator(requested: str, environ: Mapping[str, str] = os.environ) -> A
         raise ValueError(f"unknown allocator {requested!r}")
     if requested == "off":
         return AllocatorPlan(requested, "off")
-    caps = {ONEDNN_CACHE_VAR: ONEDNN_CACHE_CAPACITY, IDEEP_CACHE_VAR: IDEEP_CACHE_CAPACITY}
-    env = {var: str(n) for var, n in caps.items() if var not in environ}
+    env = {var: str(n) for var, n in KERNEL_CACHE_CAPS.items() if var not in environ}
     candidates = {"auto": ("jemalloc", "tcmalloc"), "glibc": ()}.get(requested, (requested,))
     for name in candidates:
         path = find_allocator(name)
@@ -168,6 +168,12 @@ def glibc_malloc_trim() -> Optional[ctypes._CFuncPtr]:
         return None
 
 
+def _env_int(var: str) -> Optional[int]:
+    """A cache cap as this process got it from its environment; None when unset or not a number."""
+    value = os.environ.get(var, "")
+    return int(value) if value.isdigit() else None
+
+
 class SchedulerMemory:
     """The plan as it turned out inside the scheduler process, and when freed memory goes back.
 
@@ -222,15 +228,15 @@ class SchedulerMemory:
 
     def info(self) -> dict:
         """The `memory` entry of /model_info."""
-        cap, ideep_cap = os.environ.get(ONEDNN_CACHE_VAR, ""), os.environ.get(IDEEP_CACHE_VAR, "")
+        cap, ideep_cap = (_env_int(var) for var in (ONEDNN_CACHE_VAR, IDEEP_CACHE_VAR))
         return {
             "cpu_allocator": self.allocator,
             "cpu_allocator_library": self.plan.library if self.allocator == self.plan.allocator else None,
             "malloc_trim_after_tokens": GLIBC_TRIM_AFTER_TOKENS if self._trim is not None else None,
             "idle_release_s": IDLE_RELEASE_S if self._give_back is not None else None,
             "pool_cap_mb": self.pool_cap_bytes >> 20 if self._jemalloc is not None else None,
-            "onednn_primitive_cache_capacity": int(cap) if cap.isdigit() else None,
-            "ideep_cache_capacity": int(ideep_cap) if ideep_cap.isdigit() else None,
+            "onednn_primitive_cache_capacity": cap,
+            "ideep_cache_capacity": ideep_cap,
         }
 
     def log(self) -> None:
