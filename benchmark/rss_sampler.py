@@ -132,7 +132,7 @@ class RssLog:
 @dataclass(frozen=True)
 class Growth:
     role: str
-    baseline_mb: float  # median of the samples in the last `window` seconds of the warm-up
+    baseline_mb: float  # median of the samples in the first `window` seconds after the warm-up
     final_mb: float  # median of the samples in the last `window` seconds of the run
     peak_mb: float  # highest sample after the warm-up
 

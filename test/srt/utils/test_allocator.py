@@ -191,14 +191,21 @@ def _rss_mb() -> float:
         return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS"))
 
 
+def _free_mixed_buffers() -> None:
+    """Touch and free buffers of 12 sizes (2-24 MB each, 156 MB): one batch's activations."""
+    import numpy as np
+
+    buffers = [np.ones(k * 250_000) for k in range(1, 13)]
+    del buffers
+
+
 def _pool(plan: AllocatorPlan, conn) -> None:
     """Freed buffers of many sizes: what jemalloc keeps while busy, and what release() gives back."""
     import numpy as np
 
     memory = SchedulerMemory(plan, pool_mb=256)
     steps = {"start": _rss_mb()}
-    buffers = [np.ones(k * 250_000) for k in range(1, 13)]  # 2-24 MB each, 156 MB, touched
-    del buffers
+    _free_mixed_buffers()
     memory.after_batch(5_000)
     steps["busy"] = _rss_mb()  # under the cap: kept for the next batch
     steps["idle_release_s"] = memory.idle_release_s()
@@ -212,8 +219,7 @@ def _pool(plan: AllocatorPlan, conn) -> None:
     steps["over_cap"] = _rss_mb()
     steps["releases"] = memory.releases
     no_pool = SchedulerMemory(plan, pool_mb=0)  # --cpu-pool-mb 0: freed pages go back after every batch
-    buffers = [np.ones(k * 250_000) for k in range(1, 13)]
-    del buffers
+    _free_mixed_buffers()
     no_pool.after_batch(5_000)
     steps["no_pool"] = _rss_mb()
     steps["no_pool_releases"] = no_pool.releases
