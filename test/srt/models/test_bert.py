@@ -31,12 +31,14 @@ def _reference(model_dir: str, texts: list[str], pooling: str, normalize: bool) 
     return (F.normalize(pooled, dim=-1) if normalize else pooled).numpy()
 
 
-def _ours(runner, model_dir: str, texts: list[str]) -> np.ndarray:
+def _token_ids(model_dir: str, texts: list[str]) -> list[np.ndarray]:
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    ids = [np.asarray(x, dtype=np.int32) for x in tok(texts)["input_ids"]]
-    return runner.embed(ids)
+    return [np.asarray(x, dtype=np.int32) for x in AutoTokenizer.from_pretrained(model_dir)(texts)["input_ids"]]
+
+
+def _ours(runner, model_dir: str, texts: list[str]) -> np.ndarray:
+    return runner.embed(_token_ids(model_dir, texts))
 
 
 @pytest.mark.parametrize("pooling", ["mean", "cls"])
@@ -67,12 +69,25 @@ def test_bert_loads_pytorch_bin(tmp_path):
 def test_batch_equals_one_at_a_time(tmp_path):
     d = build_tiny_bert(str(tmp_path / "bert"), st_pooling="mean")
     runner = make_runner(d)
-    from transformers import AutoTokenizer
-
-    ids = [np.asarray(x, dtype=np.int32) for x in AutoTokenizer.from_pretrained(d)(TEXTS)["input_ids"]]
+    ids = _token_ids(d, TEXTS)
     batched = runner.embed(ids)
     single = np.concatenate([runner.embed([x]) for x in ids])
     assert np.abs(batched - single).max() <= 1e-5
+
+
+def test_batch_past_the_row_chunk_matches_transformers(tmp_path):
+    # One forward of more tokens than ROW_CHUNK: the feed-forward half runs in row chunks on CPU.
+    from sglang.srt.layers.row_chunks import ROW_CHUNK
+
+    d = build_tiny_bert(str(tmp_path / "bert"), st_pooling="mean")
+    runner = make_runner(d)
+    tokens = sum(len(x) for x in _token_ids(d, TEXTS))
+    copies = ROW_CHUNK // tokens + 2
+    assert tokens * copies > ROW_CHUNK
+    ours = _ours(runner, d, TEXTS * copies).reshape(copies, len(TEXTS), -1)
+    ref = _reference(d, TEXTS, "mean", normalize=True)
+    for copy in ours:
+        assert relative_error_rows(copy, ref).max() <= 1e-4
 
 
 def test_token_type_ids_are_used(tmp_path):

@@ -77,3 +77,15 @@ def test_causal_gemma3_matches_transformers(tmp_path):
     assert runner.model_config.pooling == "lasttoken" and runner.model.layers[0].self_attn.attn.causal
     ours = runner.embed(tokenize_for_runner(d, MIXED_TEXTS))
     assert relative_error_rows(ours, hf_decoder_embeddings(d, MIXED_TEXTS)).max() <= 1e-4
+
+
+def test_batch_past_the_mlp_row_chunk(gemma_dir, runner):
+    # One forward of more tokens than ROW_CHUNK (the MLP in row chunks on CPU) gives each text's
+    # vector of a short batch.
+    from sglang.srt.layers.row_chunks import ROW_CHUNK
+
+    ids = tokenize_for_runner(gemma_dir, MIXED_TEXTS)
+    copies = ROW_CHUNK // sum(len(x) for x in ids) + 2
+    assert sum(len(x) for x in ids) * copies > ROW_CHUNK
+    long_batch = runner.embed(ids * copies).reshape(copies, len(ids), -1)
+    assert np.abs(long_batch - runner.embed(ids)[None]).max() <= 1e-5

@@ -114,3 +114,16 @@ def test_context_length_beyond_position_embeddings(qwen3_dir):
         hidden = model(input_ids=torch.from_numpy(ids).long()[None]).last_hidden_state
     ref = F.normalize(hidden[:, -1], dim=-1).numpy()
     assert relative_error_rows(ours, ref).max() <= 1e-4
+
+
+def test_batch_past_the_mlp_row_chunk_matches_transformers(qwen3_dir, runner):
+    # One forward of more tokens than ROW_CHUNK: the MLP runs in row chunks on CPU.
+    from sglang.srt.layers.row_chunks import ROW_CHUNK
+
+    ids = tokenize_for_runner(qwen3_dir, TEXTS)
+    copies = ROW_CHUNK // sum(len(x) for x in ids) + 2
+    ours = runner.embed(ids * copies).reshape(copies, len(TEXTS), -1)
+    assert sum(len(x) for x in ids) * copies > ROW_CHUNK
+    ref = hf_decoder_embeddings(qwen3_dir, TEXTS)
+    for copy in ours:
+        assert relative_error_rows(copy, ref).max() <= 1e-4

@@ -35,7 +35,16 @@ def get_activation(name: str):
         raise ValueError(f"unsupported activation '{name}'; known: {', '.join(sorted(_ACTIVATIONS))}") from None
 
 
-def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
-    """SwiGLU on a fused [gate | up] projection."""
+def act_and_mul(x: torch.Tensor, act) -> torch.Tensor:
+    """A gated MLP's act(gate) * up on a fused [gate | up] projection. Outside autograd the product
+    is written over the activation's output: one [tokens, intermediate] buffer fewer per layer, the
+    largest after the fused projection itself."""
     gate, up = x.chunk(2, dim=-1)
-    return F.silu(gate) * up
+    if torch.is_grad_enabled():
+        return act(gate) * up
+    return act(gate).mul_(up)
+
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """SwiGLU (Llama, Mistral, Qwen)."""
+    return act_and_mul(x, F.silu)

@@ -11,6 +11,7 @@ from sglang.srt.layers.activation import get_activation
 from sglang.srt.layers.attention.layer import AttentionLayer
 from sglang.srt.layers.layernorm import LayerNorm
 from sglang.srt.layers.linear import Linear, QKVLinear
+from sglang.srt.layers.row_chunks import in_row_chunks
 from sglang.srt.model_loader.weight_utils import default_weight_loader, load_weights_into, strip_prefix
 
 if TYPE_CHECKING:
@@ -100,7 +101,11 @@ class BertLayer(nn.Module):
         self.output = BertOutput(config.intermediate_size, config.hidden_size, config.layer_norm_eps)
 
     def forward(self, x: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
-        h = self.attention(x, fb)
+        # The feed-forward half is per token: on CPU it runs in row chunks, which bounds its
+        # [tokens, intermediate] activation (the layer's largest) for a long batch.
+        return in_row_chunks(self._feed_forward, self.attention(x, fb))
+
+    def _feed_forward(self, h: torch.Tensor) -> torch.Tensor:
         return self.output(self.intermediate(h), h)
 
 

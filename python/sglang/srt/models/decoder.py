@@ -22,6 +22,7 @@ from sglang.srt.layers.attention.layer import AttentionLayer
 from sglang.srt.layers.layernorm import RMSNorm
 from sglang.srt.layers.linear import Linear, MergedLinear, QKVLinear
 from sglang.srt.layers.rotary_embedding import RotaryEmbedding
+from sglang.srt.layers.row_chunks import in_row_chunks
 from sglang.srt.model_loader.weight_utils import default_weight_loader, load_weights_into
 
 if TYPE_CHECKING:
@@ -82,14 +83,21 @@ def rotary_self_attention(
 ) -> torch.Tensor:
     """A decoder attention block's forward: fused qkv, optional per-head q/k RMSNorm (Qwen3,
     Gemma3), RoPE, attention, output projection. `m` has qkv_proj, q_norm / k_norm (or None),
-    head_dim, attn and o_proj."""
+    head_dim, attn and o_proj. Everything before the attention itself is per token, so on CPU it
+    runs in row chunks (its norm and RoPE temporaries are the block's largest tensors)."""
+    q, k, v = in_row_chunks(lambda rows, cs: _rotated_qkv(m, rows, cs, rotary), x, cos_sin)
+    return m.o_proj(m.attn(q, k, v, fb))
+
+
+def _rotated_qkv(
+    m: nn.Module, x: torch.Tensor, cos_sin: torch.Tensor, rotary: RotaryEmbedding
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     q, k, v = m.qkv_proj.split(m.qkv_proj(x))
     if m.q_norm is not None:
         t = x.shape[0]
         q = m.q_norm(q.reshape(t, -1, m.head_dim)).reshape(t, -1)
         k = m.k_norm(k.reshape(t, -1, m.head_dim)).reshape(t, -1)
-    q, k = rotary.rotate(q, cos_sin), rotary.rotate(k, cos_sin)
-    return m.o_proj(m.attn(q, k, v, fb))
+    return rotary.rotate(q, cos_sin), rotary.rotate(k, cos_sin), v
 
 
 class DecoderMLP(nn.Module):
@@ -102,6 +110,9 @@ class DecoderMLP(nn.Module):
         self.down_proj = Linear(inter, config.hidden_size, bias=opts.mlp_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return in_row_chunks(self._swiglu, x)
+
+    def _swiglu(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
 
 

@@ -27,11 +27,12 @@ from typing import TYPE_CHECKING, Iterable, Optional
 import torch
 from torch import nn
 
-from sglang.srt.layers.activation import get_activation
+from sglang.srt.layers.activation import act_and_mul, get_activation
 from sglang.srt.layers.attention.layer import AttentionLayer
 from sglang.srt.layers.layernorm import RMSNorm
 from sglang.srt.layers.linear import Linear, MergedLinear, QKVLinear
 from sglang.srt.layers.rotary_embedding import RotaryEmbedding
+from sglang.srt.layers.row_chunks import in_row_chunks
 from sglang.srt.model_loader.weight_utils import default_weight_loader
 from sglang.srt.models.decoder import DECODER_STACKED_PARAMS, load_decoder_weights, rotary_self_attention
 
@@ -116,8 +117,10 @@ class Gemma3MLP(nn.Module):
         self.act = get_activation(getattr(config, "hidden_activation", None) or "gelu_pytorch_tanh")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(self.act(gate) * up)
+        return in_row_chunks(self._gated, x)
+
+    def _gated(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(act_and_mul(self.gate_up_proj(x), self.act))
 
 
 class Gemma3Layer(nn.Module):
