@@ -1,5 +1,6 @@
-"""The scheduler process's loop: batches go out, the allocator hears of each, and idle time gives
-freed memory back without delaying a request that arrives meanwhile."""
+"""The scheduler process's loop: batches go out (counted in the metrics before their answers leave),
+the allocator hears of each, and idle time gives freed memory back without delaying a request that
+arrives meanwhile."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import zmq
 
 from sglang.srt.managers.io_struct import AbortReq, BatchEmbeddingOutput
 from sglang.srt.managers.scheduler_process import SchedulerLoop
+from sglang.srt.metrics.scheduler_metrics import SchedulerMetrics
 from sglang.srt.utils.allocator import AllocatorPlan, SchedulerMemory
 from sglang.srt.utils.msgcodec import decode, send
 
@@ -112,3 +114,33 @@ def test_without_an_allocator_set_up_idle_waits_have_no_deadline(sockets):
     assert memory.idle_release_s() is None and memory.releases == 0
     loop = SchedulerLoop(FakeScheduler([]), recv, out_push)  # the default memory is "off" too
     assert loop.memory.idle_release_s() is None
+
+
+def test_a_batch_is_counted_before_its_answer_is_sent(sockets, monkeypatch):
+    # A client that scrapes /metrics right after its response must see the batch that served it.
+    import sglang.srt.managers.scheduler_process as scheduler_process
+
+    recv, _, out_push, out_pull = sockets
+    metrics = SchedulerMetrics({"dp_rank": "1"})
+    counted_at_send = []
+    real_send = scheduler_process.send
+
+    def send_after_looking(sock, msg):
+        counted_at_send.append(_batches_counted(metrics))
+        real_send(sock, msg)
+
+    monkeypatch.setattr(scheduler_process, "send", send_after_looking)
+    loop = SchedulerLoop(FakeScheduler([_output(300)]), recv, out_push, FakeMemory(), metrics)
+    loop.run_once(0.0)
+    assert decode(out_pull.recv_multipart()).batch_tokens == 300
+    assert counted_at_send == [1.0]
+
+
+def _batches_counted(metrics: SchedulerMetrics) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(metrics.registry.render().decode()):
+        for sample in family.samples:
+            if sample.name == "sglang_batch_size_count":
+                return sample.value
+    return 0.0

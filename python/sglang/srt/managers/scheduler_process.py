@@ -135,11 +135,13 @@ class SchedulerLoop:
         if self.heartbeat is not None:  # what it holds now, the batch about to run included
             self.heartbeat.set_pending(len(self.scheduler.waiting))
         out, wait = self.scheduler.step()
+        # Metrics first: a batch is counted by the time its answer can reach a client (a scrape
+        # right after a response sees it), and the memory release below cannot delay the count.
+        self._observe(out)
         if out is not None:
             send(self.send, out)
             if out.batch_tokens:
                 self.memory.after_batch(out.batch_tokens)
-        self._observe(out)
         return wait
 
     def _observe(self, out) -> None:
