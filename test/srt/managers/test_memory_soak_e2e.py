@@ -50,7 +50,7 @@ def test_scheduler_rss_is_flat_under_mixed_sizes(server):
     before_mb = rss_mb(scheduler_pid)
     texts = load_texts(DEFAULT_TEXTS, None)
     sizes = [int(s) for s in DEFAULT_SIZES.split(",")]
-    log = RssLog(server.proc.pid, interval=5.0).start()
+    log = RssLog(server.proc.pid, interval=2.0).start()  # ten samples per window: medians that hold still
     try:
         stats = run_event_loop(mixed_load(server.base_url, texts, sizes, 8, WARMUP_S + MEASURED_S, seed=0), True)
     finally:
