@@ -292,7 +292,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--duration", type=float, default=1200.0, help="soak seconds after the warm-up")
     p.add_argument("--interval", type=float, default=10.0, help="seconds between RSS samples")
     p.add_argument("--max-growth", type=float, default=0.15, help="allowed scheduler RSS growth after warm-up")
-    p.add_argument("--window", type=float, default=120.0, help="seconds whose median is the RSS after warm-up / at the end")
+    p.add_argument(
+        "--window", type=float, default=120.0, help="seconds whose median is the RSS after warm-up / at the end"
+    )
     p.add_argument("--ab-rounds", type=int, default=2, help="A/B rounds (each runs both sides); 0: no A/B")
     p.add_argument("--ab-seconds", type=float, default=90.0, help="measured seconds per A/B side")
     p.add_argument("--ab-warmup", type=float, default=15.0, help="load before each A/B measurement")
