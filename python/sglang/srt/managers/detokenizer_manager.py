@@ -188,6 +188,9 @@ def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, ready_
             continue
         start = time.monotonic()
         results = render_or_fail(out, token_texts)
+        # The span ends before the answers leave: the HTTP process may finish its own span as soon
+        # as they arrive, and a child span must not end after its parent.
+        rendered = time.monotonic()
         for worker_id, result in results.items():
             sock = senders.get(worker_id)
             if sock is None:
@@ -197,5 +200,5 @@ def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, ready_
                 continue
             send(sock, result)
         if tracing.enabled:
-            trace_render(tracing, out, start, time.monotonic())
+            trace_render(tracing, out, start, rendered)
         heartbeat.progressed(0)
