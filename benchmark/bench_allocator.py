@@ -81,15 +81,23 @@ def _run(config: str, work: list[list[int]], threads: Optional[int], pool_mb: in
 
 
 def run_config(config: str, work: list[list[int]], threads: Optional[int], pool_mb: int) -> dict[str, Any]:
-    from sglang.srt.utils.allocator import child_environment, plan_allocator
+    from sglang.srt.utils.allocator import plan_allocator
 
     name, _, conf = config.partition(":")  # jemalloc:<MALLOC_CONF> tries other jemalloc settings
     env = plan_allocator(name, {}).env if name != "off" else {}
     if conf:
         env["MALLOC_CONF"] = conf
+    return spawned(_run, (config, work, threads, pool_mb), env)
+
+
+def spawned(target, args: tuple, env: dict[str, str]) -> Any:
+    """What target(*args, conn) sends on conn, run in a fresh spawned process whose environment
+    adds `env` (the launcher's allocator variables: they only take effect at a process's start)."""
+    from sglang.srt.utils.allocator import child_environment
+
     ctx = mp.get_context("spawn")
     reader, writer = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_run, args=(config, work, threads, pool_mb, writer))
+    proc = ctx.Process(target=target, args=(*args, writer))
     with child_environment(env):
         proc.start()
     writer.close()

@@ -1,4 +1,4 @@
-"""What running a decoder's MLP in row chunks on CPU saves in peak memory, and what it costs in time.
+"""What running a decoder's per-token work in row chunks on CPU saves in peak memory, and costs in time.
 
     python benchmark/bench_row_chunks.py                      # Qwen3-0.6B's layer shape, 2 layers
     python benchmark/bench_row_chunks.py --chunks off,4096,2048 --tokens 16384 --repeats 2
@@ -17,7 +17,6 @@ machine), wall seconds per batch, and the largest difference of its vectors from
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import os
 import resource
 import sys
@@ -25,29 +24,24 @@ import time
 from typing import Any, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_allocator import spawned  # noqa: E402
 from bench_serving import machine_info  # noqa: E402
+from bench_soak import random_qwen3  # noqa: E402
 from rss_sampler import rss_mb  # noqa: E402
 
 
 def build_model(path: str, layers: int) -> str:
-    """A random Qwen3 of Qwen3-0.6B's layer shape, built like the tests' tiny models."""
-    if not os.path.isfile(os.path.join(path, "config.json")):
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-        from test.helpers.tiny_models import build_tiny_decoder
-
-        build_tiny_decoder(
-            path,
-            "qwen3",
-            st_pooling="lasttoken",
-            hidden_size=1024,
-            intermediate_size=3072,
-            num_hidden_layers=layers,
-            num_attention_heads=16,
-            num_key_value_heads=8,
-            head_dim=128,
-            max_position_embeddings=8192,
-        )
-    return path
+    """A random Qwen3 of Qwen3-0.6B's layer shape."""
+    return random_qwen3(
+        path,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=layers,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=8192,
+    )
 
 
 def _run(model: str, chunk: str, args: argparse.Namespace, conn) -> None:
@@ -85,18 +79,9 @@ def _run(model: str, chunk: str, args: argparse.Namespace, conn) -> None:
 
 
 def run_chunk(model: str, chunk: str, args: argparse.Namespace) -> dict[str, Any]:
-    from sglang.srt.utils.allocator import child_environment, plan_allocator
+    from sglang.srt.utils.allocator import plan_allocator
 
-    ctx = mp.get_context("spawn")
-    reader, writer = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_run, args=(model, chunk, args, writer))
-    with child_environment(plan_allocator("auto", {}).env):
-        proc.start()
-    writer.close()
-    try:
-        return reader.recv()
-    finally:
-        proc.join(60)
+    return spawned(_run, (model, chunk, args), plan_allocator("auto", {}).env)
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -110,25 +110,30 @@ def server_pid_for_port(port: int) -> int:
     raise RuntimeError(f"no sglang.launch_server process on port {port}")
 
 
-def build_tiny_decoder(path: str) -> str:
-    """A random-weight Qwen3 of MiniLM's size (6 layers, hidden 384, MLP 1536, 6 heads of 64, 2 KV
-    heads, last-token pooling), built like the tests' tiny models; server flags that serve it."""
+def random_qwen3(path: str, **config) -> str:
+    """A random-weight Qwen3 with last-token pooling and the given config fields, built in `path`
+    like the tests' tiny models unless one is there already; returns `path`."""
     if not os.path.isfile(os.path.join(path, "config.json")):
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
         from test.helpers.tiny_models import build_tiny_decoder as build
 
-        build(
-            path,
-            "qwen3",
-            st_pooling="lasttoken",
-            hidden_size=384,
-            intermediate_size=1536,
-            num_hidden_layers=6,
-            num_attention_heads=6,
-            num_key_value_heads=2,
-            head_dim=64,
-            max_position_embeddings=512,
-        )
+        build(path, "qwen3", st_pooling="lasttoken", **config)
+    return path
+
+
+def build_tiny_decoder(path: str) -> str:
+    """A random-weight Qwen3 of MiniLM's size (6 layers, hidden 384, MLP 1536, 6 heads of 64, 2 KV
+    heads, last-token pooling); server flags that serve it."""
+    random_qwen3(
+        path,
+        hidden_size=384,
+        intermediate_size=1536,
+        num_hidden_layers=6,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=512,
+    )
     return f"--model-path {shlex.quote(path)} --is-embedding"
 
 

@@ -9,7 +9,7 @@ import torch
 # Most tokens one call of token-wise work sees at a time on CPU. The projections around attention
 # (fused q/k/v, per-head norms, RoPE and their temporaries) and a gated MLP's [gate | up] output are
 # the largest tensors of a decoder's forward: for Qwen3-0.6B's layer shape one batch of 16,384
-# tokens peaked 1.4 GB above the weights in one pass, ~0.6 GB in chunks of 4,096 rows, and
+# tokens peaked 1.4 GB above the weights in one pass, ~0.9 GB in chunks of 4,096 rows, and
 # matmuls of 4,096 rows run as fast per token as longer ones (benchmark/bench_row_chunks.py).
 # GPUs keep one pass: their memory is budgeted up front, and a CUDA graph wants one kernel per shape.
 ROW_CHUNK = 4096
