@@ -107,6 +107,7 @@ class ServerArgs:
     cors_allow_origin: list[str] = field(default_factory=list)
     max_payload_bytes: int = 8 * 1024 * 1024
     max_client_batch_size: int = 2048
+    max_request_tokens: int = 1 << 22  # tokens one request may send to the model, shared prompts counted per input
     request_timeout: float = 600.0
     graceful_timeout: float = 30.0
     log_requests: bool = False
@@ -192,6 +193,7 @@ class ServerArgs:
             "dp_size",
             "max_payload_bytes",
             "max_client_batch_size",
+            "max_request_tokens",
             "max_connections",
             "max_header_bytes",
         )
@@ -412,6 +414,10 @@ class ServerArgs:
                        help="Largest request body; bigger ones get 413 (--max-payload-size: SGLang's spelling).")
         g.add_argument("--max-client-batch-size", type=int, default=d["max_client_batch_size"].default,
                        help="Most inputs in one request; more get 413.")
+        g.add_argument("--max-request-tokens", type=int, default=d["max_request_tokens"].default,
+                       help="Most tokens one request may send to the model, a prompt / instruction / rerank "
+                            "query counted once per input (checked on that piece before the inputs are "
+                            "tokenized); more get 413.")
         g.add_argument("--request-timeout", type=float, default=d["request_timeout"].default,
                        help="Seconds a request may wait in the queue before it is dropped with 504 (0: no limit).")
         g.add_argument("--startup-timeout", type=float, default=d["startup_timeout"].default,

@@ -48,7 +48,9 @@ class ColbertInputs:
         """Whether texts need this (bge-m3's head takes inputs as they are)."""
         return self.cfg.query_length is not None or self.cfg.document_length is not None
 
-    def build(self, tokenizer: InputTokenizer, texts: list[str], is_query: bool) -> list[ColbertItem]:
+    def build(
+        self, tokenizer: InputTokenizer, texts: list[str], is_query: bool, prompt: Optional[str] = None
+    ) -> list[ColbertItem]:
         cfg = self.cfg
         marker = self.query_marker if is_query else self.document_marker
         length = (cfg.query_length if is_query else cfg.document_length) or tokenizer.context_length
@@ -56,7 +58,7 @@ class ColbertInputs:
         budget = length - 1 if marker is not None else length
         expand = is_query and cfg.query_expansion and self.expansion_id is not None
         out = []
-        for ids in tokenizer.tokenize_truncated(texts, budget):
+        for ids in tokenizer.tokenize_truncated(texts, budget, prompt):
             real = len(ids)
             if expand and real < budget:
                 ids = ids + [self.expansion_id] * (budget - real)

@@ -48,6 +48,36 @@ class PromptedPairs:
         """The client wrote the prompt itself (vLLM's recipe): the pairs go in as they are."""
         return any(self.prompt.is_formatted(q) for q in queries)
 
+    def ends(self) -> tuple[list[int], list[int]]:
+        """The prompt's prefix and suffix ids (tokenized once)."""
+        if self._ends is None:
+            encode = self.tokenizer.encode
+            self._ends = (
+                encode(self.prompt.prefix, add_special_tokens=False),
+                encode(self.prompt.suffix, add_special_tokens=False),
+            )
+        return self._ends
+
+    def room(self, context_length: int) -> int:
+        """Tokens left for a pair's body within `context_length`; 400 when the prompt fills it."""
+        prefix, suffix = self.ends()
+        room = context_length - len(prefix) - len(suffix)
+        if room < 1:
+            raise EmbeddingError(
+                ErrorKind.INVALID_REQUEST,
+                f"The reranker's prompt alone ({len(prefix) + len(suffix)} tokens) fills the context length "
+                f"({context_length} tokens).",
+                param="documents",
+            )
+        return room
+
+    def shared_body(self, query: str, instruction: Optional[str]) -> Optional[str]:
+        """The part of every pair's body before its document, when the document ends the body
+        (managers/shared_inputs.py joins the documents to it by ids); None otherwise."""
+        if not self.prompt.body.endswith("{document}"):
+            return None
+        return self.prompt.format_body(query, "", instruction)
+
     def encode(
         self,
         queries: Sequence[str],
@@ -59,21 +89,8 @@ class PromptedPairs:
         """One id list per pair; with `truncate` the body is cut so that the whole fits
         `context_length` (the document's end goes, the suffix stays); without, the caller checks
         the length."""
-        if self._ends is None:
-            encode = self.tokenizer.encode
-            self._ends = (
-                encode(self.prompt.prefix, add_special_tokens=False),
-                encode(self.prompt.suffix, add_special_tokens=False),
-            )
-        prefix, suffix = self._ends
-        room = context_length - len(prefix) - len(suffix)
-        if room < 1:
-            raise EmbeddingError(
-                ErrorKind.INVALID_REQUEST,
-                f"The reranker's prompt alone ({len(prefix) + len(suffix)} tokens) fills the context length "
-                f"({context_length} tokens).",
-                param="documents",
-            )
+        prefix, suffix = self.ends()
+        room = self.room(context_length)
         bodies = [self.prompt.format_body(q, d, instruction) for q, d in zip(queries, documents)]
         enc = self.tokenizer(
             bodies,

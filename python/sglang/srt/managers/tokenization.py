@@ -11,6 +11,14 @@ from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import EmbeddingReqInput
 from sglang.srt.managers.rerank_prompt_tokens import PromptedPairs, check_instruction
+from sglang.srt.managers.shared_inputs import (
+    SharedPrefix,
+    SpecialLayout,
+    check_request_tokens,
+    check_shared,
+    join_pairs,
+    joins_by_ids,
+)
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.hf_tokenizer import load_tokenizer
 
@@ -31,6 +39,9 @@ class InputTokenizer:
         self.do_lower_case = model_info.do_lower_case
         self.truncate = server_args.allow_auto_truncate
         self.max_num_tokens = server_args.max_num_tokens
+        self.max_request_tokens = server_args.max_request_tokens
+        self._layout: Optional[SpecialLayout] = None  # the tokenizer's special tokens, probed on first use
+        self._prompt_counts: dict[str, int] = {}
         self.pair_token_types = model_info.pair_token_types
         self.rerank_prompt = model_info.rerank_prompt  # LLM rerankers: pairs go in their prompt
         self.prompted = PromptedPairs(self.tokenizer, self.rerank_prompt) if self.rerank_prompt else None
@@ -44,6 +55,7 @@ class InputTokenizer:
             items = self._from_text(req.text, req)
         else:
             items = self._from_ids(req.input_ids, req)
+        check_request_tokens(sum(len(ids) for ids, _ in items), self.max_request_tokens)
         for ids, _ in items:
             if len(ids) > self.max_num_tokens:
                 raise EmbeddingError(
@@ -62,6 +74,16 @@ class InputTokenizer:
         if req is None or req.max_tokens is None:
             return self.context_length
         return min(req.max_tokens, self.context_length)
+
+    @property
+    def layout(self) -> SpecialLayout:
+        if self._layout is None:
+            self._layout = SpecialLayout.probe(self.tokenizer)
+        return self._layout
+
+    def _limit_name(self, req: Optional[EmbeddingReqInput]) -> str:
+        limit = self._max_length(req)
+        return "model's context length" if limit >= self.context_length else f"request's max_tokens={limit}"
 
     def _tokenizer_for(self, req: Optional[EmbeddingReqInput]):
         if req is None or req.truncation_side != "left":
@@ -92,12 +114,31 @@ class InputTokenizer:
             ErrorKind.INVALID_REQUEST, too_long_message(len(ids), self.context_length, index), param="input"
         )
 
-    def tokenize_truncated(self, texts: list[str], max_length: int) -> list[list[int]]:
-        """Validated texts, tokenized and silently cut to `max_length` tokens (special tokens
-        included): ColBERT's query and document lengths, which its checkpoints always apply."""
+    def tokenize_truncated(self, texts: list[str], max_length: int, prompt: Optional[str] = None) -> list[list[int]]:
+        """Validated texts (after `prompt`), tokenized and silently cut to `max_length` tokens
+        (special tokens included): ColBERT's query and document lengths, which its checkpoints
+        always apply. A prompt is checked and, when large, joined by ids (managers/shared_inputs.py)."""
         self._check_texts(texts)
         if self.do_lower_case:
             texts = [t.lower() for t in texts]
+        if prompt:
+            prompt = prompt.lower() if self.do_lower_case else prompt
+            if joins_by_ids(len(prompt), len(texts)):
+                shared = SharedPrefix.of(self.tokenizer, prompt)
+                pre, post = self.layout.pre, self.layout.post
+                check_shared(
+                    "prompt",
+                    "prompt",
+                    shared.tokens,
+                    len(pre) + len(post),
+                    len(texts),
+                    max_length,
+                    True,
+                    self.max_request_tokens,
+                    "length",
+                )
+                return [ids.tolist() for ids in shared.join(self.tokenizer, texts, pre, post, max_length, "right")]
+            texts = [prompt + t for t in texts]
         enc = self.tokenizer(
             texts,
             add_special_tokens=True,
@@ -125,7 +166,11 @@ class InputTokenizer:
     def _from_text(self, texts: list[str], req: Optional[EmbeddingReqInput] = None) -> list[TokenizedItem]:
         self._check_texts(texts)
         prompt = req.prompt if req is not None else None
-        if prompt:  # sentence-transformers prepends the prompt to the text verbatim, then tokenizes
+        if prompt:
+            joined = self._prompted_texts(texts, prompt, req)
+            if joined is not None:
+                return joined
+            # sentence-transformers prepends the prompt to the text verbatim, then tokenizes
             texts = [prompt + t for t in texts]
         if self.do_lower_case:
             texts = [t.lower() for t in texts]
@@ -143,6 +188,46 @@ class InputTokenizer:
             (np.asarray(self._limit(ids, req, index(i)), dtype=np.int32), None)
             for i, ids in enumerate(enc["input_ids"])
         ]
+
+    def _prompted_texts(self, texts: list[str], prompt: str, req: EmbeddingReqInput) -> Optional[list[TokenizedItem]]:
+        """The request's prompt, tokenized once and checked before its inputs; when its copies
+        would be large the inputs are joined to it by ids (None: copy it into each text)."""
+        if self.do_lower_case:
+            prompt = prompt.lower()
+        by_ids = joins_by_ids(len(prompt), len(texts))
+        shared = SharedPrefix.of(self.tokenizer, prompt) if by_ids else None
+        tokens = shared.tokens if shared is not None else self._prompt_tokens(prompt)
+        pre, post = (self.layout.pre, self.layout.post) if req.add_special_tokens else ([], [])
+        truncate, limit = self._truncates(req), self._max_length(req)
+        check_shared(
+            "prompt",
+            "prompt",
+            tokens,
+            len(pre) + len(post),
+            len(texts),
+            limit,
+            truncate,
+            self.max_request_tokens,
+            self._limit_name(req),
+        )
+        if shared is None:
+            return None
+        if self.do_lower_case:
+            texts = [t.lower() for t in texts]
+        joined = shared.join(self.tokenizer, texts, pre, post, limit if truncate else None, req.truncation_side)
+        index = (lambda i: i) if len(texts) > 1 else (lambda i: 0)
+        return [(np.asarray(self._limit(ids, req, index(i)), dtype=np.int32), None) for i, ids in enumerate(joined)]
+
+    def _prompt_tokens(self, prompt: str) -> int:
+        """Token count of a prompt short enough to copy (the server's prompts repeat: kept)."""
+        n = self._prompt_counts.get(prompt)
+        if n is None:
+            n = len(self.tokenizer.encode(prompt, add_special_tokens=False))
+            if len(prompt) <= 4096:
+                if len(self._prompt_counts) >= 256:
+                    self._prompt_counts.clear()
+                self._prompt_counts[prompt] = n
+        return n
 
     def _from_ids(self, batches: list[list[int]], req: Optional[EmbeddingReqInput] = None) -> list[TokenizedItem]:
         out = []
@@ -179,6 +264,8 @@ class InputTokenizer:
         reranker's pair always loses the end, so that the prompt's suffix stays last)."""
         for i, pair in enumerate(pairs):
             for part, name, param in zip(pair, ("query", "document"), ("query", "documents")):
+                if name == "query" and i > 0 and part is pairs[0][0]:
+                    continue  # a shared query is checked once
                 where = f" at index {i}" if name == "document" and len(pairs) > 1 else ""
                 if not part or not part.strip():
                     raise EmbeddingError(
@@ -191,11 +278,17 @@ class InputTokenizer:
                         param=param,
                     )
         queries, docs = [p[0] for p in pairs], [p[1] for p in pairs]
+        shared = all(q is queries[0] or q == queries[0] for q in queries)
         if self.do_lower_case:
-            queries, docs = [q.lower() for q in queries], [d.lower() for d in docs]
+            docs = [d.lower() for d in docs]
+            queries = [queries[0].lower()] * len(queries) if shared else [q.lower() for q in queries]
         instruction = req.instruction if req is not None else None
-        formatted = self.prompted is None or self.prompted.is_formatted(queries)
+        formatted = self.prompted is None or self.prompted.is_formatted(queries[:1] if shared else queries)
         check_instruction(self.rerank_prompt, instruction, formatted and self.prompted is not None)
+        if shared:
+            joined = self._shared_query_pairs(queries[0], docs, instruction, formatted, req)
+            if joined is not None:
+                return joined
         if not formatted:
             limit = self._max_length(req)
             ids = self.prompted.encode(queries, docs, instruction, limit, self._truncates(req))
@@ -223,6 +316,67 @@ class InputTokenizer:
             tt = np.asarray(types[i][: len(ids)], dtype=np.int32) if types is not None else None
             out.append((np.asarray(ids, dtype=np.int32), tt))
         return out
+
+    def _shared_query_pairs(
+        self, query: str, docs: list[str], instruction: Optional[str], formatted: bool, req: Optional[EmbeddingReqInput]
+    ) -> Optional[list[TokenizedItem]]:
+        """Pairs that share their query: the query (an LLM reranker's: with the instruction) is
+        tokenized once and checked before the documents; when its copies would be large the
+        documents are joined to it by ids (None: tokenize the pairs as they are)."""
+        n, truncate, limit = len(docs), self._truncates(req), self._max_length(req)
+        by_ids = joins_by_ids(len(query) + len(instruction or ""), n)
+        index = (lambda i: i) if n > 1 else (lambda i: 0)
+        what = "query and instruction" if instruction else "query"
+        param = "instruction" if instruction and len(instruction) > len(query) else "query"
+        if formatted:  # cross-encoder: the tokenizer's pair template around query and document
+            layout = self.layout
+            q_ids = self.tokenizer.encode(query, add_special_tokens=False)
+            check_shared(
+                what,
+                param,
+                len(q_ids),
+                layout.pair_extra,
+                n,
+                limit,
+                truncate,
+                self.max_request_tokens,
+                self._limit_name(req),
+            )
+            if not by_ids:
+                return None
+            side = req.truncation_side if req is not None else "right"
+            joined = join_pairs(self.tokenizer, layout, query, docs, limit if truncate else None, side, q_ids)
+            out = []
+            for i, (ids, tt) in enumerate(joined):
+                ids = self._limit(ids, req, index(i))
+                out.append((np.asarray(ids, dtype=np.int32), tt[: len(ids)] if self.pair_token_types else None))
+            return out
+        body = self.prompted.shared_body(query, instruction)
+        if body is None:
+            return None
+        prefix, suffix = self.prompted.ends()
+        room = self.prompted.room(limit)
+        pre, post = self.layout.pre, self.layout.post
+        shared = SharedPrefix.of(self.tokenizer, body) if by_ids else None
+        tokens = shared.tokens if shared is not None else len(self.tokenizer.encode(body, add_special_tokens=False))
+        check_shared(
+            what,
+            param,
+            tokens,
+            len(pre) + len(post) + len(prefix) + len(suffix),
+            n,
+            limit,
+            truncate,
+            self.max_request_tokens,
+            self._limit_name(req),
+        )
+        if shared is None:
+            return None
+        joined = shared.join(self.tokenizer, docs, pre, post, room if truncate else None, "right")
+        return [
+            (np.asarray(self._limit(np.concatenate([prefix, ids, suffix]), req, index(i)), dtype=np.int32), None)
+            for i, ids in enumerate(joined)
+        ]
 
 
 def _is_utf8_encodable(text: str) -> bool:

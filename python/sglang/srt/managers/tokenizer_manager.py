@@ -31,6 +31,7 @@ from sglang.srt.managers.io_struct import (
 from sglang.srt.managers.multimodal.preparer import MultimodalPreparer
 from sglang.srt.managers.multimodal.preparer import attach as attach_images
 from sglang.srt.managers.request_tracing import request_span
+from sglang.srt.managers.shared_inputs import work_chars
 from sglang.srt.managers.tokenization import InputTokenizer
 from sglang.srt.metrics.server_metrics import ServerMetrics
 from sglang.srt.server_args import ServerArgs
@@ -161,20 +162,23 @@ class TokenizerManager:
         t0 = time.monotonic()
         prepared = None
         key_lens: list = []
-        if self.colbert_inputs_for(req) is not None:  # ColBERT markers, lengths and query expansion
-            texts = [req.prompt + t for t in req.text] if req.prompt else req.text
-            built = self.colbert_inputs.build(self.input_tokenizer, texts, req.token_output == TOKENS_QUERY)
-            tokenized, key_lens = [(ids, None) for ids, _ in built], [k for _, k in built]
-        elif req.items is not None:  # {"text", "image"} items: images are loaded off the event loop
+        if req.items is not None:  # {"text", "image"} items: images are loaded off the event loop
             prepared = await self.multimodal.prepare(req.items)
             tokenized = [(p.input_ids, None) for p in prepared]
-        elif _input_size(req) > INLINE_TOKENIZE_CHARS:
-            # Megabytes of text take the tokenizer seconds; the Rust tokenizer releases the GIL, so
-            # a worker thread keeps the event loop (every other request, /health) responsive. A
-            # million token ids take numpy tens of milliseconds: off the loop too.
-            tokenized = await asyncio.get_running_loop().run_in_executor(None, self.input_tokenizer.tokenize, req)
         else:
-            tokenized = self.input_tokenizer.tokenize(req)
+            tokenize = self.input_tokenizer.tokenize
+            if self.colbert_inputs_for(req) is not None:  # ColBERT markers, lengths and query expansion
+                tokenize = self._colbert_tokenize
+            if work_chars(req) > INLINE_TOKENIZE_CHARS:
+                # Megabytes of text take the tokenizer seconds; the Rust tokenizer releases the GIL,
+                # so a worker thread keeps the event loop (every other request, /health) responsive.
+                # A million token ids take numpy tens of milliseconds: off the loop too. A prompt or
+                # rerank query counts once per input (managers/shared_inputs.py).
+                tokenized = await asyncio.get_running_loop().run_in_executor(None, tokenize, req)
+            else:
+                tokenized = tokenize(req)
+            if tokenize is not self.input_tokenizer.tokenize:
+                tokenized, key_lens = [(ids, None) for ids, _ in tokenized], [k for _, k in tokenized]
         # Internal ids are always fresh: a client's x-request-id may repeat, and sharing state
         # keys would hand one client's vectors to another.
         base = uuid.uuid4().hex
@@ -237,6 +241,11 @@ class TokenizerManager:
         return EmbeddingResult(
             state.payloads, state.prompt_tokens, state.queue_time, state.inference_time, now - t0, state.token_ids
         )
+
+    def _colbert_tokenize(self, req: EmbeddingReqInput) -> list:
+        """ColBERT's (ids, key_len) per text, the request's prompt joined as InputTokenizer joins it."""
+        is_query = req.token_output == TOKENS_QUERY
+        return self.colbert_inputs.build(self.input_tokenizer, req.text, is_query, prompt=req.prompt)
 
     def colbert_inputs_for(self, req: EmbeddingReqInput) -> Optional[ColbertInputs]:
         """The ColBERT input builder when this request's texts need markers / lengths, else None."""
@@ -305,16 +314,6 @@ def admission_limit(server_args: ServerArgs) -> int:
 
 
 INLINE_TOKENIZE_CHARS = 32_768  # beyond this many characters (or token ids) a request is tokenized off the loop
-
-
-def _input_size(req: EmbeddingReqInput) -> int:
-    """Characters of text plus token ids: how much work tokenizing `req` is."""
-    total = sum(len(t) for t in req.text) if req.text is not None else 0
-    if req.input_ids is not None:
-        total += sum(len(ids) for ids in req.input_ids)
-    if getattr(req, "text_pairs", None) is not None:
-        total += sum(len(a) + len(b) for a, b in req.text_pairs)
-    return total
 
 
 def payload_to_array(payload: bytes) -> np.ndarray:

@@ -1,0 +1,210 @@
+"""Pieces a request shares across its inputs: a prompt / instruction before every text, a rerank
+query beside every document, an LLM reranker's instruction and query before every document.
+
+Copied into each input, a 100 KB prompt on 128 inputs made the tokenizer read 12.8 MB and hold
+millions of tokens (issue #27). Here a shared piece is tokenized once and joined to each input by
+token ids, and `work_chars` gives the tokenizer manager the size (shared piece x inputs included)
+that decides whether a request is tokenized off the event loop. The up-front checks on the shared
+piece itself (context length, --max-request-tokens) are InputTokenizer's (managers/tokenization.py).
+
+Joining by ids keeps the answer the string concatenation gives: the prefix is cut at a space
+between two letters or digits near its end, its head tokenized once, its short tail re-tokenized
+with each input, so any merge at the prefix / input boundary happens as it would in the whole text.
+Pairs (cross-encoders) join their two sequences' ids with the tokenizer's own pair template.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+from sglang.srt.errors import EmbeddingError, ErrorKind
+from sglang.srt.managers.io_struct import EmbeddingReqInput
+
+SPLIT_COPY_CHARS = 1 << 20  # copies of a shared piece beyond this many characters: joined by ids instead
+TAIL_CHARS = 256  # how far from a prefix's end its cut point is looked for
+PROBE = ("hello", "world")  # texts that probe a tokenizer's special-token layout
+
+
+def shared_text(req: EmbeddingReqInput) -> str:
+    """The longest text this request repeats for each input (empty when none)."""
+    if req.text is not None and req.prompt:
+        return req.prompt
+    if req.text_pairs:
+        query = req.text_pairs[0][0]
+        if all(q is query or q == query for q, _ in req.text_pairs):
+            return query + (req.instruction or "")
+        return req.instruction or ""
+    return ""
+
+
+def work_chars(req: EmbeddingReqInput) -> int:
+    """Characters the tokenizer would read if each input carried its own copy of the shared
+    pieces, plus token ids: what decides whether tokenizing `req` goes off the event loop."""
+    total = sum(len(t) for t in req.text) if req.text is not None else 0
+    if req.input_ids is not None:
+        total += sum(len(ids) for ids in req.input_ids)
+    if req.text_pairs is not None:
+        total += sum(len(d) for _, d in req.text_pairs)
+    return total + len(shared_text(req)) * req.batch_size
+
+
+def joins_by_ids(shared_chars: int, n: int) -> bool:
+    """Whether n copies of a shared piece are too many characters to copy into every input."""
+    return shared_chars * n > SPLIT_COPY_CHARS
+
+
+def _ids(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    enc = tokenizer(list(texts), add_special_tokens=False, return_attention_mask=False, return_token_type_ids=False)
+    return enc["input_ids"]
+
+
+def _find(seq: list[int], sub: list[int], start: int = 0) -> int:
+    for i in range(start, len(seq) - len(sub) + 1):
+        if seq[i : i + len(sub)] == sub:
+            return i
+    raise ValueError("the probe's tokens are not in its encoding")
+
+
+@dataclass(frozen=True)
+class SpecialLayout:
+    """Where a tokenizer puts its special tokens: single texts `pre + ids + post`; pairs
+    `pair_pre + a + mid + b + pair_post`, with the token type of each part."""
+
+    pre: list[int]
+    post: list[int]
+    pair_pre: list[int]
+    mid: list[int]
+    pair_post: list[int]
+    types: tuple[list[int], int, list[int], int, list[int]]  # pair_pre, a, mid, b, pair_post
+
+    @classmethod
+    def probe(cls, tokenizer) -> "SpecialLayout":
+        a, b = _ids(tokenizer, PROBE)
+        single = tokenizer(PROBE[0], return_attention_mask=False)["input_ids"]
+        i = _find(single, a)
+        pair = tokenizer(PROBE[0], PROBE[1], return_attention_mask=False, return_token_type_ids=True)
+        ids, tt = pair["input_ids"], pair.get("token_type_ids") or [0] * len(pair["input_ids"])
+        ia = _find(ids, a)
+        ib = _find(ids, b, ia + len(a))
+        types = (tt[:ia], tt[ia], tt[ia + len(a) : ib], tt[ib], tt[ib + len(b) :])
+        return cls(single[:i], single[i + len(a) :], ids[:ia], ids[ia + len(a) : ib], ids[ib + len(b) :], types)
+
+    @property
+    def pair_extra(self) -> int:
+        return len(self.pair_pre) + len(self.mid) + len(self.pair_post)
+
+
+@dataclass(frozen=True)
+class SharedPrefix:
+    """A prefix tokenized once: `head` (ids up to the cut), `tail` (the text after it, tokenized
+    again with each input) and `tokens` (the whole prefix's token count, no special tokens)."""
+
+    head: np.ndarray
+    tail: str
+    tokens: int
+
+    @classmethod
+    def of(cls, tokenizer, text: str) -> "SharedPrefix":
+        cut = _cut(text)
+        head, tail = _ids(tokenizer, [text[:cut], text[cut:]]) if cut else ([], _ids(tokenizer, [text])[0])
+        return cls(np.asarray(head, dtype=np.int32), text[cut:], len(head) + len(tail))
+
+    def join(
+        self, tokenizer, texts: Sequence[str], pre: list[int], post: list[int], max_length: Optional[int], side: str
+    ) -> list[np.ndarray]:
+        """`pre + tokens(prefix + text) + post` for each text, cut to `max_length` on `side`
+        (None: not cut) without tokenizing the prefix again."""
+        room = None if max_length is None else max(0, max_length - len(pre) - len(post))
+        if room is not None and side != "left" and len(self.head) >= room:
+            one = np.concatenate([pre, self.head[:room], post]).astype(np.int32)
+            return [one] * len(texts)  # the inputs are cut off whole: nothing of theirs to tokenize
+        out = []
+        for own in _ids(tokenizer, [self.tail + t for t in texts]):
+            own = np.asarray(own, dtype=np.int32)
+            if room is not None and len(self.head) + len(own) > room:
+                if side == "left":
+                    keep = room - len(own)
+                    body = (
+                        own[len(own) - room :]
+                        if keep <= 0
+                        else np.concatenate([self.head[len(self.head) - keep :], own])
+                    )
+                else:
+                    body = np.concatenate([self.head, own[: room - len(self.head)]])
+            else:
+                body = np.concatenate([self.head, own])
+            out.append(np.concatenate([pre, body, post]).astype(np.int32))
+        return out
+
+
+def _cut(text: str) -> int:
+    """The start of the last single space between two letters or digits within the last
+    TAIL_CHARS characters (0: none), where every tokenizer's pre-tokenizer splits the same way
+    whatever follows the text."""
+    for i in range(len(text) - 2, max(0, len(text) - TAIL_CHARS) - 1, -1):
+        if text[i] == " " and i > 0 and text[i - 1].isalnum() and text[i + 1].isalnum():
+            return i
+    return 0
+
+
+def join_pairs(
+    tokenizer,
+    layout: SpecialLayout,
+    query: str,
+    documents: Sequence[str],
+    max_length: Optional[int],
+    side: str,
+    query_ids: Optional[list[int]] = None,
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(ids, token types) of (query, document) pairs joined by the tokenizer's pair template, the
+    query tokenized once. With `max_length` the document is cut on `side` (as truncation
+    'only_second' does); when the query leaves it no room the whole pair is cut on `side`."""
+    q = np.asarray(query_ids if query_ids is not None else _ids(tokenizer, [query])[0], dtype=np.int32)
+    t_pre, t_a, t_mid, t_b, t_post = layout.types
+    room = None if max_length is None else max_length - len(q) - layout.pair_extra
+    out = []
+    docs = _ids(tokenizer, documents)
+    for d in docs:
+        d = np.asarray(d, dtype=np.int32)
+        if room is not None and room >= 1 and len(d) > room:
+            d = d[len(d) - room :] if side == "left" else d[:room]
+        ids = np.concatenate([layout.pair_pre, q, layout.mid, d, layout.pair_post]).astype(np.int32)
+        types = np.concatenate([t_pre, np.full(len(q), t_a), t_mid, np.full(len(d), t_b), t_post]).astype(np.int32)
+        if room is not None and room < 1 and len(ids) > max_length:  # the query alone fills the context
+            keep = slice(len(ids) - max_length, None) if side == "left" else slice(0, max_length)
+            ids, types = ids[keep], types[keep]
+        out.append((ids, types))
+    return out
+
+
+def check_shared(
+    what: str, param: str, tokens: int, extra: int, n: int, limit: int, truncate: bool, budget: int, limit_name: str
+) -> None:
+    """The up-front checks on a shared piece of `tokens` tokens (plus `extra` special / template
+    tokens each input carries), before any input is tokenized: without truncation a piece that
+    alone fills `limit` is refused once (400); the tokens its copies would carry across `n` inputs
+    (cut at `limit` when truncating) must fit --max-request-tokens (413)."""
+    whole = tokens + extra
+    if not truncate and whole > limit:
+        raise EmbeddingError(
+            ErrorKind.INVALID_REQUEST,
+            f"The {what} alone ({tokens} tokens, {whole} with the model's special tokens) is longer than the "
+            f"{limit_name} ({limit} tokens), so every input would be; shorten it or allow truncation.",
+            param=param,
+        )
+    per_input = min(whole, limit) if truncate else whole
+    check_request_tokens(per_input * n, budget, f" ({n} inputs x {per_input} tokens of the {what} each)")
+
+
+def check_request_tokens(total: int, budget: int, detail: str = "") -> None:
+    """413 when one request would send more than --max-request-tokens tokens to the model."""
+    if total > budget:
+        raise EmbeddingError(
+            ErrorKind.TOO_LARGE,
+            f"The request needs {total} tokens{detail}, more than this server takes in one request "
+            f"(--max-request-tokens {budget}); split it.",
+            param="input",
+        )
