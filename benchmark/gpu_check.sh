@@ -83,7 +83,8 @@ export PY SITE ROOT
 stage install 45 bash -c install_wheels
 stage precompile 190 "$PY" benchmark/bench_gpu.py precompile
 stage gpu_tests 110 "$PY" -m pytest -q -m gpu -p no:cacheprovider -o addopts="" -rfEs \
-  test/srt/layers/test_attention_backends.py test/srt/model_executor/test_cuda_graph_runner.py test/srt/models
+  test/srt/layers/test_attention_backends.py test/srt/model_executor/test_cuda_graph_runner.py \
+  test/srt/model_executor/test_breakable_graph_runner.py test/srt/models
 stage bench 140 "$PY" benchmark/bench_gpu.py bench --out "$OUT"
 # The host CPU of a GPU machine usually has VNNI/AMX, which issue 18's int8 target needs: measure
 # it there too (short runs; skipped when the budget above is spent).

@@ -39,6 +39,7 @@ CHOICES = {
     "dtype": ("auto", "float32", "bfloat16", "float16", "half", "float"),
     "device": ("auto", "cpu", "cuda"),
     "attention_backend": ("auto", "torch_native", "cpu_varlen", "flashinfer"),
+    "cuda_graph_mode": ("breakable", "full", "off"),
     "quantization": (None, "int8"),
     "cpu_allocator": ALLOCATOR_CHOICES,
     "log_level": ("debug", "info", "warning", "error", "critical"),
@@ -90,7 +91,8 @@ class ServerArgs:
     attention_backend: str = "auto"
     cpu_allocator: str = "auto"  # the scheduler's malloc and oneDNN cache cap (utils/allocator.py)
     cpu_pool_mb: int = DEFAULT_POOL_MB  # freed memory jemalloc may keep for reuse while busy
-    disable_cuda_graph: bool = False
+    disable_cuda_graph: bool = False  # the same as cuda_graph_mode="off" (SGLang's spelling)
+    cuda_graph_mode: str = "breakable"  # breakable / full / off (docs/gpu.md)
     cuda_graph_max_tokens: int = 4096
     cuda_graph_max_seqs: int = 128
     mem_fraction_static: float = 0.9
@@ -178,6 +180,9 @@ class ServerArgs:
         if self.allowed_hosts is not None:
             hosts = [h.strip().lower() for item in self.allowed_hosts for h in item.split(",")]
             self.allowed_hosts = [h for h in hosts if h]
+        if self.disable_cuda_graph:
+            self.cuda_graph_mode = "off"
+        self.disable_cuda_graph = self.cuda_graph_mode == "off"
         self._validate()
 
     def _validate(self) -> None:
@@ -376,7 +381,12 @@ class ServerArgs:
                        help="With jemalloc: MB of freed pages the scheduler keeps for the next batches while "
                             "busy (reused without page faults); more is given back at once, and all of it "
                             "after 2 s idle. 0: give it back after every batch.")
-        g.add_argument("--disable-cuda-graph", action="store_true", help="Run the GPU forward eagerly.")
+        g.add_argument("--cuda-graph-mode", default=d["cuda_graph_mode"].default, choices=CHOICES["cuda_graph_mode"],
+                       help="breakable: per token bucket, the layers captured in pieces with attention run "
+                            "eagerly between them on the real batch (no attended padding); full: the whole "
+                            "layer stack, FlashInfer included, as one graph (for comparison); off: eager.")
+        g.add_argument("--disable-cuda-graph", action="store_true",
+                       help="Run the GPU forward eagerly (the same as --cuda-graph-mode off).")
         g.add_argument("--cuda-graph-max-tokens", type=int, default=d["cuda_graph_max_tokens"].default,
                        help="Largest token bucket captured as a CUDA graph; bigger batches run eagerly.")
         g.add_argument("--cuda-graph-max-seqs", type=int, default=d["cuda_graph_max_seqs"].default,

@@ -312,7 +312,9 @@ def test_replay_with_window_masks_matches_eager(monkeypatch):
 
 # ----- on a GPU -----
 def _gpu_runner(**kwargs):
-    kwargs = {"device": "cuda", "dtype": "bfloat16", **kwargs}
+    """These GPU tests are about the whole-graph runner: --cuda-graph-mode full (breakable, the
+    default, is tested in test_breakable_graph_runner.py)."""
+    kwargs = {"device": "cuda", "dtype": "bfloat16", "cuda_graph_mode": "full", **kwargs}
     return make_runner(kwargs.pop("model_path", None), **kwargs)
 
 

@@ -37,7 +37,7 @@ class StaticBatches:
         hidden_size: int,
         dtype: torch.dtype,
         device: torch.device,
-        attn_backend: AttentionBackend,
+        attn_backend: Optional[AttentionBackend],
     ) -> None:
         tokens = max(b.num_tokens for b in buckets)
         seqs = max(b.num_seqs for b in buckets)
@@ -82,6 +82,11 @@ class StaticBatches:
         Padding tokens get zero hidden states, position 0 (inside any RoPE table) and the dummy
         sequence's id; they touch nothing real, since attention keeps to each sequence.
         """
+        self.load_tokens(fb, hidden, plan)
+        return self.set_layout(plan.bucket, plan.padded_seq_lens(fb.seq_lens_cpu))
+
+    def load_tokens(self, fb: ForwardBatch, hidden: torch.Tensor, plan: PaddingPlan) -> None:
+        """The per-token rows only (breakable graphs never read the static sequence layout)."""
         n, t = plan.num_real_tokens, plan.bucket.num_tokens
         self.hidden[:n].copy_(hidden)
         self.hidden[n:t].zero_()
@@ -91,7 +96,6 @@ class StaticBatches:
         self.positions[n:t].zero_()
         self.seq_ids[:n].copy_(fb.seq_ids)
         self.seq_ids[n:t].fill_(plan.num_real_seqs)
-        return self.set_layout(plan.bucket, plan.padded_seq_lens(fb.seq_lens_cpu))
 
 
 def cuda_capture(pool, stream: torch.cuda.Stream) -> CaptureFn:
@@ -110,6 +114,10 @@ def cuda_capture(pool, stream: torch.cuda.Stream) -> CaptureFn:
 
 
 class CudaGraphRunner:
+    """`--cuda-graph-mode full`: the whole layer stack, FlashInfer included, as one graph per bucket."""
+
+    mode = "full"
+
     def __init__(
         self,
         model: nn.Module,

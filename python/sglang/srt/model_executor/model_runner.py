@@ -12,7 +12,7 @@ from sglang.srt.configs.model_config import ModelConfig
 from sglang.srt.configs.model_info import ModelInfo, ReplicaInfo
 from sglang.srt.configs.model_registry import ModelRegistry
 from sglang.srt.layers.attention.layer import AttentionLayer
-from sglang.srt.layers.attention.registry import create_attention_backend
+from sglang.srt.layers.attention.registry import create_attention_backend, needs_position_bias
 from sglang.srt.layers.linear import prepack_cpu_linears, quantize_cpu_linears
 from sglang.srt.layers.quantization import CALIBRATION_TEXTS, check_quantization, describe, observe_linear_inputs
 from sglang.srt.model_executor.forward_batch import ForwardBatch
@@ -27,7 +27,10 @@ from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.hub import resolve_model_path
 
 if TYPE_CHECKING:
+    from sglang.srt.model_executor.breakable_graph_runner import BreakableGraphRunner
     from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner
+
+    GraphRunner = Union[BreakableGraphRunner, CudaGraphRunner]
 
 logger = logging.getLogger(__name__)
 
@@ -113,27 +116,33 @@ class ModelRunner:
             self.model(fb)
         return seen
 
-    def _capture_cuda_graphs(self) -> Optional["CudaGraphRunner"]:
+    def _capture_cuda_graphs(self) -> Optional[GraphRunner]:
         sa = self.server_args
-        if self.device.type != "cuda" or sa.disable_cuda_graph:
-            return None
-        if not self.attn_backend.supports_cuda_graph:
-            logger.info("CUDA graphs need the flashinfer attention backend; running eagerly")
+        if self.device.type != "cuda" or sa.cuda_graph_mode == "off":
             return None
         if not (hasattr(self.model, "embed") and hasattr(self.model, "run_layers")):
             logger.info("%s has no embed/run_layers split; running eagerly", self.model_config.architecture)
             return None
-        from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner
-
-        return CudaGraphRunner(
-            self.model,
-            self.attn_backend,
-            self.model_config.hidden_size,
-            self.model_config.dtype,
-            self.device,
+        limits = dict(
             max_tokens=min(sa.cuda_graph_max_tokens, sa.max_num_tokens),
             max_seqs=min(sa.cuda_graph_max_seqs, sa.max_batch_size),
         )
+        mc = self.model_config
+        if sa.cuda_graph_mode == "breakable":
+            if needs_position_bias(mc):  # its score bias is built per batch inside run_layers
+                logger.info("%s adds a per-batch attention bias; running eagerly", mc.architecture)
+                return None
+            from sglang.srt.model_executor.breakable_graph_runner import BreakableGraphRunner
+
+            return BreakableGraphRunner(
+                self.model, mc.hidden_size, mc.dtype, self.device, warm_backend=self.attn_backend, **limits
+            )
+        if not self.attn_backend.supports_cuda_graph:
+            logger.info("--cuda-graph-mode full needs the flashinfer attention backend; running eagerly")
+            return None
+        from sglang.srt.model_executor.cuda_graph_runner import CudaGraphRunner
+
+        return CudaGraphRunner(self.model, self.attn_backend, mc.hidden_size, mc.dtype, self.device, **limits)
 
     def model_info(self) -> ModelInfo:
         mc = self.model_config
@@ -208,9 +217,13 @@ class ModelRunner:
         """The backbone's final per-token hidden states [T, hidden].
 
         A batch that fits a captured bucket replays its CUDA graph (embedding runs eagerly before
-        it, the output head after it); any other batch runs the whole model eagerly.
+        it, the output head after it); any other batch runs the whole model eagerly. Breakable
+        graphs run attention eagerly on the batch's own backend, so any batch of 1-D positions
+        can use them; a full graph only a batch on the backend it captured.
         """
-        graphs = self.graph_runner is not None and fb.attn_backend is self.attn_backend
+        graphs = self.graph_runner is not None and (
+            fb.attn_backend is self.attn_backend or self.graph_runner.mode == "breakable"
+        )
         plan = self.graph_runner.plan(fb) if graphs else None
         if plan is not None:
             hidden = self.graph_runner.replay(fb, self.model.embed(fb), plan)
