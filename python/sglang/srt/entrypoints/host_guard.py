@@ -11,6 +11,7 @@ name them with --allowed-hosts, and use --api-key on a server others can reach.
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Optional
 
 from sglang.srt.server_args import ServerArgs
@@ -37,21 +38,45 @@ def allowed_hosts(server_args: ServerArgs) -> Optional[list[str]]:
     return None
 
 
-def host_name(header: str) -> str:
-    """The name part of a Host header value: no port, no IPv6 brackets, lower case."""
+_PORT_RE = re.compile(r"^[0-9]{0,5}$")
+_NAME_RE = re.compile(r"^[a-z0-9._~-]+$")  # a DNS name or an IPv4 address (RFC 3986 reg-name, minus escapes)
+
+
+def host_name(header: str) -> Optional[str]:
+    """The name part of a Host header value: no port, no IPv6 brackets, lower case; None when the
+    value is not `name[:port]` or `[IPv6]:port` (`[::1]evil`, `a:b`, `localhost:x` pass nothing)."""
     value = header.strip().lower()
     if value.startswith("["):
-        return value[1 : value.find("]")] if "]" in value else value
-    if value.count(":") == 1:
-        value = value.split(":", 1)[0]
-    return value.rstrip(".")
+        close = value.find("]")
+        rest = value[close + 1 :] if close > 0 else ""
+        if close < 0 or (rest and not (rest.startswith(":") and _PORT_RE.match(rest[1:]))):
+            return None
+        try:
+            return ipaddress.IPv6Address(value[1:close]).compressed
+        except ValueError:
+            return None
+    name, colon, port = value.partition(":")
+    if colon and not _PORT_RE.match(port):
+        return None
+    name = name.rstrip(".")
+    return name if _NAME_RE.match(name) else None
 
 
-def host_allowed(name: str, allowed: list[str]) -> bool:
+def _pattern_name(pattern: str) -> Optional[str]:
+    """An --allowed-hosts entry as host_name() would give it (a bare IPv6 address, like `::1`, too)."""
+    try:
+        return ipaddress.IPv6Address(pattern.strip().strip("[]")).compressed
+    except ValueError:
+        return host_name(pattern)
+
+
+def host_allowed(name: Optional[str], allowed: list[str]) -> bool:
+    if name is None:
+        return False
     for pattern in allowed:
         if pattern.startswith("*."):
             if name.endswith(pattern[1:]) and len(name) > len(pattern) - 1:
                 return True
-        elif name == host_name(pattern):
+        elif name == _pattern_name(pattern):
             return True
     return False

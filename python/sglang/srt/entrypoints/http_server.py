@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.entrypoints.compat_routes import add_compat_routes, model_card
@@ -196,8 +197,11 @@ def create_app(
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
-        # unknown route, or wrong method (405 with the Allow header Starlette lists)
-        http = HttpError(exc.status_code, str(exc.detail), headers=dict(exc.headers or {}))
+        # unknown route, or wrong method: 405 with an Allow header naming every method the path takes
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = allowed_methods(app.routes, request.scope)
+        http = HttpError(exc.status_code, str(exc.detail), headers=headers)
         return error_response(http, styles, request.url.path)
 
     @app.exception_handler(Exception)
@@ -320,6 +324,19 @@ def engine_died(app: FastAPI, server, reason: str) -> None:
     logger.error("failing in-flight and new requests with 503 and stopping: %s", reason)
     on_loop(server, lambda: _fail_all(app, reason))
     server.should_exit = True
+
+
+def allowed_methods(routes, scope: dict) -> str:
+    """The Allow header for a 405: the methods of every route matching the request's path.
+
+    Starlette names only the first route whose path matched, and a path may have several routes
+    (GET / and POST /, GET /health and HEAD /health)."""
+    methods: set[str] = set()
+    for route in routes:
+        match, _ = route.matches({**scope, "type": "http"})
+        if match != Match.NONE:
+            methods.update(getattr(route, "methods", None) or ())
+    return ", ".join(sorted(methods))
 
 
 def hide_paths(info: dict, served_name: str) -> None:

@@ -290,7 +290,11 @@ class BodyLimits:
                 )
             size = int(declared)
             if size > self.max_bytes:
-                await _discard(receive, size if size <= self.max_bytes + _DISCARD_LIMIT else 0)
+                # A client that sent `Expect: 100-continue` waits for our go-ahead, which uvicorn
+                # sends at the first receive(): it gets the 413 instead, and sends no body at all.
+                waiting = (_header(scope, b"expect") or "").strip().lower() == "100-continue"
+                if not waiting:
+                    await _discard(receive, size if size <= self.max_bytes + _DISCARD_LIMIT else 0)
                 return await send_error(send, self.too_large(), CLOSE)
         if scope["method"] not in self.BODY_METHODS:
             return await self.app(scope, receive, send)
