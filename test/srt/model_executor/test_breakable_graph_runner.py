@@ -61,12 +61,12 @@ def _ids(seq_lens, rng, vocab):
     return [rng.integers(5, vocab - 1, size=n).astype(np.int64) for n in seq_lens]
 
 
-def _lengths_for(bucket_tokens: int, rng) -> list[int]:
+def _lengths_for(bucket_tokens: int, rng, max_tokens: int = MAX_TOKENS, max_seqs: int = MAX_SEQS) -> list[int]:
     """Random lengths whose batch lands in exactly this bucket (random padding inside it)."""
-    buckets = token_buckets(MAX_TOKENS)
+    buckets = token_buckets(max_tokens)
     lower = buckets[buckets.index(bucket_tokens) - 1] if bucket_tokens > 1 else 0
     total = int(rng.integers(max(lower + 1, (bucket_tokens + 1) // 2), bucket_tokens + 1))
-    seqs = int(rng.integers(1, min(MAX_SEQS, total) + 1))
+    seqs = int(rng.integers(1, min(max_seqs, total) + 1))
     cuts = np.sort(rng.choice(np.arange(1, total), size=seqs - 1, replace=False)) if seqs > 1 else []
     return np.diff([0, *cuts, total]).astype(int).tolist()
 
@@ -271,14 +271,16 @@ def _gpu_runner(mode: str, **kwargs):
     return make_runner(kwargs.pop("model_path", None), cuda_graph_mode=mode, **kwargs)
 
 
-def _random_batches(rng, max_tokens: int, count: int, max_seqs: int = 64):
-    """Random batches of 1 to 64 inputs with 1 to `max_tokens` tokens in all (every size range)."""
+def _random_batches(rng, max_tokens: int, count: int, max_len: int) -> list[list[int]]:
+    """Random batches of 1 to `max_tokens` tokens in all (log-uniform: every bucket size range),
+    inputs of 1 to `max_len` tokens (the model's context)."""
     out = []
     for _ in range(count):
         total = int(np.exp(rng.uniform(0, np.log(max_tokens))))
-        seqs = int(rng.integers(1, min(max_seqs, total) + 1))
-        cuts = np.sort(rng.choice(np.arange(1, total), size=seqs - 1, replace=False)) if seqs > 1 else []
-        out.append(np.diff([0, *cuts, total]).astype(int).tolist())
+        lens: list[int] = []
+        while sum(lens) < total:
+            lens.append(min(int(rng.integers(1, max_len + 1)), total - sum(lens)))
+        out.append(lens)
     return out
 
 
@@ -294,7 +296,9 @@ def test_gpu_breakable_vs_eager_vs_full(model, tmp_path):
     rng = np.random.default_rng(0)
     seen = set()
     vocab = min(20000, bcg.model_config.vocab_size)
-    for seq_lens in _random_batches(rng, 4096, 60) + [[4096], [4097 - 2048, 2047], [30]]:
+    ctx = bcg.model_config.context_length
+    fixed = [[ctx] * (4096 // ctx), [ctx] * (4095 // ctx) + [4095 % ctx], [30], [1]]
+    for seq_lens in _random_batches(rng, 4096, 60, ctx) + fixed:
         ids = _ids(seq_lens, rng, vocab)
         plan = bcg.graph_runner.plan(bcg.build_batch(ids))
         if plan is not None:
@@ -302,7 +306,7 @@ def test_gpu_breakable_vs_eager_vs_full(model, tmp_path):
         a, b, c = bcg.embed(ids), eager.embed(ids), full.embed(ids)
         assert cosine_rows(a, b).min() >= 0.9999, seq_lens
         assert cosine_rows(c, b).min() >= 0.9999, seq_lens
-    assert len(seen) >= 10
+    assert len(seen) >= 10 and 4096 in seen
 
 
 @pytest.mark.gpu
@@ -312,8 +316,7 @@ def test_gpu_breakable_every_bucket_with_sliding_window(tmp_path):
     eager = _gpu_runner("off", model_path=path)
     rng = np.random.default_rng(1)
     for bucket in token_buckets(128):  # the tiny Gemma's context
-        total = int(rng.integers((bucket + 1) // 2, bucket + 1))
-        seq_lens = [total // 2, total - total // 2] if total > 1 else [1]
+        seq_lens = _lengths_for(bucket, rng, max_tokens=128, max_seqs=8)
         ids = _ids(seq_lens, rng, bcg.model_config.vocab_size)
         plan = choose_bucket(seq_lens, bcg.graph_runner.buckets)
         assert plan is not None and plan.bucket.num_tokens == bucket
@@ -338,3 +341,26 @@ def test_image_text_text_tower_replays_in_pieces(tmp_path):
     replayed = runner.run_requests(reqs)
     assert capture.replays == len(graphs.graphs[128].segments)
     assert np.abs(replayed - eager).max() <= 1e-5
+
+
+def test_a_batch_on_another_backend_replays_with_that_backend(models):
+    """Breakable graphs run attention on the batch's own backend: a ColBERT query-expansion batch
+    (key_lens, on SDPA) replays too, keys limited as eagerly."""
+    from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
+
+    runner = make_runner(models["bert"][0])
+    graphs, capture = _breakable(runner)
+    ids = _ids([6, 9], np.random.default_rng(5), runner.model_config.vocab_size)
+    out = {}
+    for name, graph_runner in (("eager", None), ("graph", graphs)):
+        runner.graph_runner = graph_runner
+        fb = runner.build_batch(ids, key_lens=[4, None])
+        fb.attn_backend = TorchNativeAttnBackend()
+        with torch.inference_mode():
+            out[name] = runner.hidden_states(fb).clone()
+    assert capture.replays == len(graphs.graphs[16].segments)
+    assert torch.allclose(out["graph"], out["eager"], atol=1e-5)
+    full_keys = runner.build_batch(ids)
+    runner.graph_runner = None
+    with torch.inference_mode():
+        assert not torch.allclose(runner.hidden_states(full_keys)[:6], out["eager"][:6], atol=1e-3)
