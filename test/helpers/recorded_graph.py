@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 # Ops that would read device values on the host or give data-dependent shapes: illegal in capture.
-_REFUSED = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique2", "item"}
+_REFUSED = {"item", "_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique2"}
 
 
 def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
