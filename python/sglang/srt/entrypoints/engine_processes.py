@@ -24,7 +24,7 @@ from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.allocator import child_environment, plan_allocator
 from sglang.srt.utils.heartbeat import HeartbeatReader, heartbeat_interval
 from sglang.srt.utils.network import PortArgs
-from sglang.srt.utils.process import ENGINE_DEAD_SIGNAL, mark_stopping, terminate_processes
+from sglang.srt.utils.process import ENGINE_DEAD_SIGNAL, ENGINE_DEATH_GRACE, mark_stopping, terminate_processes
 
 logger = logging.getLogger(__name__)
 
@@ -205,8 +205,8 @@ class EngineProcesses:
         if self.http_procs:
             grace = self.server_args.graceful_timeout
             # Told to stop already: by begin_stop() (let them drain) or notify_engine_dead() (their
-            # requests have failed; a second is plenty to send the 503s).
-            drain = (grace + 5.0 if grace > 0 else None) if self._draining else 1.0
+            # requests have failed; they answer their open connections 503 for ENGINE_DEATH_GRACE).
+            drain = (grace + 5.0 if grace > 0 else None) if self._draining else ENGINE_DEATH_GRACE + 1.5
             deadline = None if drain is None else time.monotonic() + drain
             for p in self.http_procs:
                 p.join(None if deadline is None else max(0.0, deadline - time.monotonic()))

@@ -22,6 +22,7 @@ from starlette.routing import Match
 
 from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.entrypoints.compat_routes import add_compat_routes, model_card
+from sglang.srt.entrypoints.engine_death import wind_down
 from sglang.srt.entrypoints.error_styles import ErrorStyles, tei_style
 from sglang.srt.entrypoints.http_errors import HTTP_STATUS, HttpError
 from sglang.srt.entrypoints.json_body import JsonBodyRoute
@@ -320,10 +321,13 @@ def start_draining(app: FastAPI, server_args: ServerArgs) -> None:
 
 
 def engine_died(app: FastAPI, server, reason: str) -> None:
-    """From any thread: fail in-flight and later requests with 503, then stop serving (exit 1)."""
+    """From any thread: fail in-flight and later requests with 503, let the answers go out, then
+    stop serving (exit 1); engine_death.py says why in that order."""
     logger.error("failing in-flight and new requests with 503 and stopping: %s", reason)
-    on_loop(server, lambda: _fail_all(app, reason))
-    server.should_exit = True
+    if server.loop is None:  # not serving yet: nothing to answer
+        server.should_exit = True
+        return
+    on_loop(server, lambda: wind_down(server, lambda: _fail_all(app, reason)))
 
 
 def allowed_methods(routes, scope: dict) -> str:
@@ -374,3 +378,4 @@ def _fail_all(app: FastAPI, reason: str) -> None:
     tm: Optional[TokenizerManager] = getattr(app.state, "tokenizer_manager", None)
     if tm is not None:
         tm.on_engine_dead(reason)
+    app.state.lifecycle.dead_reason = reason

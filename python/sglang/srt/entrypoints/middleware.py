@@ -57,6 +57,7 @@ class ServerLifecycle:
     """Shared between the signal handler and the middlewares of one HTTP process."""
 
     draining: bool = False
+    dead_reason: Optional[str] = None  # an engine process died: every request gets 503 (engine_death.py)
 
 
 def request_state(scope: Scope) -> dict:
@@ -175,15 +176,21 @@ class RequestContext:
 
 
 class DrainGuard:
-    """Once a graceful shutdown began, new requests get 503 instead of waiting on a closing server."""
+    """Once a graceful shutdown began, or an engine process died, new requests get 503 (and their
+    connection closes) instead of waiting on a closing server."""
 
     def __init__(self, app: ASGIApp, lifecycle: ServerLifecycle) -> None:
         self.app = app
         self.lifecycle = lifecycle
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and self.lifecycle.draining:
-            return await send_error(send, EmbeddingError(ErrorKind.UNAVAILABLE, "The server is shutting down."), CLOSE)
+        if scope["type"] == "http":
+            if self.lifecycle.dead_reason is not None:
+                message = f"The embedding engine is unavailable: {self.lifecycle.dead_reason}"
+                return await send_error(send, EmbeddingError(ErrorKind.UNAVAILABLE, message), CLOSE)
+            if self.lifecycle.draining:
+                message = "The server is shutting down."
+                return await send_error(send, EmbeddingError(ErrorKind.UNAVAILABLE, message), CLOSE)
         await self.app(scope, receive, send)
 
 

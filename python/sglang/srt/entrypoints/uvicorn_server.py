@@ -31,6 +31,7 @@ class UvicornServer(uvicorn.Server):
 
     loop: Optional[asyncio.AbstractEventLoop] = None
     on_signal: Optional[Callable[[], None]] = None  # told first when SIGINT/SIGTERM arrives
+    listen_sockets: tuple[socket.socket, ...] = ()  # what serve() listens on (engine_death.py closes them early)
 
     def handle_exit(self, sig, frame) -> None:
         if self.on_signal is not None:
@@ -117,6 +118,7 @@ def serve(server: UvicornServer, sock: socket.socket) -> None:
 
     async def _main() -> None:
         server.loop = asyncio.get_running_loop()
+        server.listen_sockets = (sock,)
         await server.serve(sockets=[sock])
 
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:

@@ -25,6 +25,9 @@ _PR_SET_NAME = 15
 STOP_MARKER = "stopping"  # created in the IPC directory when the parent stops its children on purpose
 # The server process -> its extra HTTP workers: the scheduler or detokenizer died (entrypoints/http_worker.py).
 ENGINE_DEAD_SIGNAL = signal.SIGUSR2
+# Seconds an HTTP process then keeps its open connections to answer them 503 before it stops
+# (entrypoints/engine_death.py); the server process waits that long, plus a margin, for the workers.
+ENGINE_DEATH_GRACE = 2.0
 
 
 def set_parent_death_signal(sig: int = signal.SIGTERM) -> None:
