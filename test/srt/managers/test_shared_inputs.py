@@ -99,6 +99,15 @@ def test_pairs_joined_by_ids_match_the_tokenizers_pairs(monkeypatch, hf_tokenize
 
         copied, joined = _both_ways(monkeypatch, tok, req)
         assert joined == copied and joined[0][1] is not None
+    for query in ("where is the river " * 4, "where is the river " * 3 + "big"):  # fills the context (but 2)
+        for side in ("right", "left"):
+
+            def req():
+                pairs = [(query, d) for d in ("big world", "a b c")]
+                return EmbeddingReqInput(text_pairs=pairs, truncate=True, truncation_side=side)
+
+            copied, joined = _both_ways(monkeypatch, tok, req)
+            assert joined == copied and all(len(ids) == 16 == len(tt) for ids, tt in joined)
 
 
 def test_llm_reranker_body_joined_by_ids_matches(monkeypatch, bpe_tokenizer):

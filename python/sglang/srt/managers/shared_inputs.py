@@ -165,17 +165,24 @@ def join_pairs(
     q = np.asarray(query_ids if query_ids is not None else _ids(tokenizer, [query])[0], dtype=np.int32)
     t_pre, t_a, t_mid, t_b, t_post = layout.types
     room = None if max_length is None else max_length - len(q) - layout.pair_extra
+    fills = room is not None and room < 1  # the query leaves the document no room: the whole pair is cut
+    if fills and side != "left" and len(layout.pair_pre) + len(q) >= max_length:
+        # Nothing of the documents is kept: the same ids for each, built once, none tokenized.
+        ids = np.concatenate([layout.pair_pre, q])[:max_length].astype(np.int32)
+        types = np.concatenate([t_pre, np.full(len(q), t_a)])[:max_length].astype(np.int32)
+        return [(ids, types)] * len(documents)
+    if fills and side == "left":  # only the query's end can be kept
+        q = q[max(0, len(q) - max_length) :]
     out = []
-    docs = _ids(tokenizer, documents)
-    for d in docs:
+    for d in _ids(tokenizer, documents):
         d = np.asarray(d, dtype=np.int32)
         if room is not None and room >= 1 and len(d) > room:
             d = d[len(d) - room :] if side == "left" else d[:room]
         ids = np.concatenate([layout.pair_pre, q, layout.mid, d, layout.pair_post]).astype(np.int32)
         types = np.concatenate([t_pre, np.full(len(q), t_a), t_mid, np.full(len(d), t_b), t_post]).astype(np.int32)
-        if room is not None and room < 1 and len(ids) > max_length:  # the query alone fills the context
+        if fills and len(ids) > max_length:  # copies: a view would keep the whole pair alive
             keep = slice(len(ids) - max_length, None) if side == "left" else slice(0, max_length)
-            ids, types = ids[keep], types[keep]
+            ids, types = ids[keep].copy(), types[keep].copy()
         out.append((ids, types))
     return out
 

@@ -313,7 +313,10 @@ class InputTokenizer:
         out = []
         for i, ids in enumerate(enc["input_ids"]):
             ids = self._limit(ids, req, i if len(pairs) > 1 else 0)
-            tt = np.asarray(types[i][: len(ids)], dtype=np.int32) if types is not None else None
+            tt = None
+            if types is not None:  # cut as the ids were: on the left, the types of the kept end
+                cut = len(types[i]) - len(ids) if req is not None and req.truncation_side == "left" else 0
+                tt = np.asarray(types[i][cut : cut + len(ids)], dtype=np.int32)
             out.append((np.asarray(ids, dtype=np.int32), tt))
         return out
 
