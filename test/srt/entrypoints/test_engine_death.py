@@ -136,3 +136,10 @@ def test_an_idle_connection_holds_the_stop_only_for_the_grace(harness):
     assert 0.4 < time.monotonic() - t0 < 3.0
     assert _read_answer(idle) == b"<EOF>"  # closed quietly once the grace ran out
     idle.close()
+
+
+def test_before_uvicorn_started_it_is_only_told_to_exit():
+    server = UvicornServer(uvicorn.Config(lambda *a: None, lifespan="off"))
+    failed = []
+    wind_down(server, lambda: failed.append(True))
+    assert failed == [True] and server.should_exit

@@ -34,6 +34,9 @@ def wind_down(server: UvicornServer, fail_all: Callable[[], None], grace: float 
     """On the server's event loop: run `fail_all` (503 for what is in flight, and for what comes),
     stop accepting, and stop uvicorn once the answers went out (at most `grace` seconds)."""
     fail_all()
+    if not server.started:  # uvicorn is still starting: nothing was received, and it closes what it opened
+        server.should_exit = True
+        return
     # Before any failed request resumes and writes its 503: each of them closes its connection.
     for conn in list(server.server_state.connections):
         cycle = getattr(conn, "cycle", None)
