@@ -92,7 +92,9 @@ class BucketGraphs:
 
 
 class AttentionBuffers:
-    """Fixed q/k/v/output buffers shared by every break of every bucket (one attention runs at a time)."""
+    """Fixed q/k/v/output buffers shared by every break of every bucket: one attention runs at a
+    time, and a layer's attention result is consumed (o_proj, residual) before the next attention
+    call overwrites it, as in every model here; the CPU tests would see a model that did not."""
 
     def __init__(self, layers: Sequence[AttentionLayer], max_tokens: int, dtype: torch.dtype, device) -> None:
         q_width = max(layer.num_heads * layer.head_dim for layer in layers)
@@ -103,7 +105,7 @@ class AttentionBuffers:
         self.out = torch.zeros(max_tokens * q_width, dtype=dtype, device=device)
 
     @staticmethod
-    def _take(buf: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    def take(buf: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
         if like.dtype != buf.dtype or like.numel() > buf.numel():
             raise RuntimeError(f"attention input {tuple(like.shape)} {like.dtype} does not fit the graph buffers")
         return buf[: like.numel()].view(like.shape)
@@ -127,7 +129,7 @@ class _BreakPoints(AttentionBackend):
         if position_bias is not None:
             raise RuntimeError("breakable CUDA graphs cannot capture an attention score bias (built per batch)")
         bufs = self.buffers
-        qs, ks, vs = bufs._take(bufs.q, q), bufs._take(bufs.k, k), bufs._take(bufs.v, v)
+        qs, ks, vs = bufs.take(bufs.q, q), bufs.take(bufs.k, k), bufs.take(bufs.v, v)
         qs.copy_(q)  # the last ops of this segment
         ks.copy_(k)
         vs.copy_(v)
