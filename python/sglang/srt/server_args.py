@@ -510,9 +510,10 @@ class ServerArgs:
                             "Default: 4x the model's --mm-max-pixels, at least 7680x4320.")
         g.add_argument("--mm-max-bytes-in-flight", type=int, default=d["mm_max_bytes_in_flight"].default,
                        help="Image bytes (encoded, decoding, preprocessed) one HTTP process holds at once; "
-                            "over it a request gets 429.")
+                            "requests are admitted in arrival order (a later one waits or gets 429).")
         g.add_argument("--mm-fetch-concurrency", type=int, default=d["mm_fetch_concurrency"].default,
-                       help="Image URLs one HTTP process fetches at once; one request uses at most a quarter.")
+                       help="Image URL fetch slots of one HTTP process: a fetch holds one for its first 0.25 s, "
+                            "at most 4x this many are open; one request has at most a quarter open.")
         g.add_argument("--mm-allowed-url-hosts", action="append", default=[], metavar="HOST",
                        help="Fetch image URLs only from these hosts (repeat or comma-separate; "
                             "'.example.com' adds subdomains). Default: any public host.")

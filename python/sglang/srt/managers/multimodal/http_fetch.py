@@ -7,7 +7,8 @@ at a time held a fetch far past --mm-image-timeout. Here one deadline covers the
 each hop's host is resolved once, checked by the UrlPolicy, and connected to by the very address
 that was checked (TLS still verifies the certificate against the host name). Responses are read
 with a cap on header size and on body bytes, and every body chunk is reported to `on_bytes`
-(the process's memory budget), which may raise to stop the fetch.
+(the process's memory budget), which may wait for room (within the deadline) or raise to stop
+the fetch.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ READ_CHUNK = 64 * 1024
 USER_AGENT = "sglang-embed"
 
 Resolver = Callable[[str, int], Awaitable[Sequence[IPAddress]]]
+OnBytes = Callable[[int], Awaitable[None]]
+
+
+async def _ignore_bytes(n: int) -> None:
+    pass
 
 
 async def resolve_host(host: str, port: int) -> list[IPAddress]:
@@ -72,7 +78,7 @@ class ImageUrlFetcher:
             self._ssl = ssl.create_default_context()
         return self._ssl
 
-    async def fetch(self, source: UrlSource, on_bytes: Callable[[int], None] = lambda n: None) -> bytearray:
+    async def fetch(self, source: UrlSource, on_bytes: OnBytes = _ignore_bytes) -> bytearray:
         """The body of `source` (after redirects). Raises FetchFailed, or what `on_bytes` raises."""
         if not self.policy.enabled:
             raise FetchFailed("image URLs are disabled (--mm-disable-url-fetch)")
@@ -81,7 +87,7 @@ class ImageUrlFetcher:
         except asyncio.TimeoutError:
             raise FetchFailed(f"{_short(source.url)}: no complete answer within {self.timeout:g} s") from None
 
-    async def _follow(self, source: UrlSource, on_bytes: Callable[[int], None]) -> bytearray:
+    async def _follow(self, source: UrlSource, on_bytes: OnBytes) -> bytearray:
         current = source
         for _ in range(self.max_redirects + 1):
             try:
@@ -119,7 +125,7 @@ class ImageUrlFetcher:
         raise FetchFailed(f"{_short(source.url)}: cannot connect ({'; '.join(errors)})")
 
     async def _get(
-        self, source: UrlSource, addresses: Sequence[IPAddress], on_bytes: Callable[[int], None]
+        self, source: UrlSource, addresses: Sequence[IPAddress], on_bytes: OnBytes
     ) -> tuple[Optional[str], bytearray]:
         """(redirect location, b"") or (None, body) for one GET of `source`."""
         reader, writer = await self._connect(source, addresses)
@@ -158,7 +164,7 @@ class ImageUrlFetcher:
             elif isinstance(event, h11.Data):
                 if len(body) + len(event.data) > self.max_bytes:
                     raise FetchFailed(f"{_short(source.url)}: the body is over {self.max_bytes} bytes")
-                on_bytes(len(event.data))
+                await on_bytes(len(event.data))
                 body += event.data
             elif isinstance(event, h11.EndOfMessage):
                 return None, body

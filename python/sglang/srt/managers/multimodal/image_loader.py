@@ -29,6 +29,7 @@ from typing import Callable, Mapping, Optional, Protocol
 import numpy as np
 from PIL import Image
 
+from sglang.srt.managers.multimodal.fetch_slots import FetchSlots
 from sglang.srt.managers.multimodal.http_fetch import ImageUrlFetcher
 from sglang.srt.managers.multimodal.image_budget import ImageMemory, MemoryTrimmer, RequestImages
 from sglang.srt.managers.multimodal.image_decode import decode_image, open_image
@@ -86,8 +87,9 @@ class ImageLoader:
         self.urls_enabled = policy.enabled
         self.memory = ImageMemory(server_args.mm_max_bytes_in_flight)
         self.fetch_concurrency = server_args.mm_fetch_concurrency
+        self.fetch_slots = FetchSlots(self.fetch_concurrency)
+        self.memory_wait_s = server_args.mm_image_timeout  # a request waits this long for image memory
         self.trimmer = MemoryTrimmer()
-        self._fetch_slots: Optional[asyncio.Semaphore] = None
         self._pool: Optional[ThreadPoolExecutor] = None
 
     @property
@@ -101,13 +103,12 @@ class ImageLoader:
             self._pool.shutdown(wait=False, cancel_futures=True)
 
     def new_request(self) -> RequestImages:
-        if self._fetch_slots is None:  # made on the event loop that uses it
-            self._fetch_slots = asyncio.Semaphore(self.fetch_concurrency)
         return RequestImages(
             self.memory,
-            self._fetch_slots,
+            self.fetch_slots,
             fetch_share=max(1, self.fetch_concurrency // 4),
             decode_share=max(1, DECODE_WORKERS // 2),
+            wait_s=self.memory_wait_s,
         )
 
     async def load_all(self, sources: Mapping[int, ImageSource]) -> dict[int, ImageResult]:
@@ -134,7 +135,7 @@ class ImageLoader:
     async def _load(self, request: RequestImages, source: ImageSource) -> ImageResult:
         async with request.in_progress:
             pixels, grid = await self._load_encoded(request, source)
-        request.hold(pixels.nbytes)
+        await request.hold(pixels.nbytes)
         return pixels, grid
 
     async def _load_encoded(self, request: RequestImages, source: ImageSource) -> ImageResult:
@@ -142,8 +143,8 @@ class ImageLoader:
         given back once it is decoded (or has failed)."""
         held = [0]  # bytes of the encoded image this item holds
 
-        def hold(n: int) -> None:
-            request.hold(n)
+        async def hold(n: int) -> None:
+            await request.hold(n)
             held[0] += n
 
         loop = asyncio.get_running_loop()
@@ -156,7 +157,7 @@ class ImageLoader:
                     data = await loop.run_in_executor(
                         self.pool, read_source_bytes, source, self.allowed_local_dir, self.max_bytes
                     )
-                hold(len(data))
+                await hold(len(data))
             async with request.decode_share:
                 opened = await loop.run_in_executor(self.pool, open_image, data, self.max_pixels, self._target)
                 cost = opened.decode_cost
