@@ -364,3 +364,26 @@ def test_a_batch_on_another_backend_replays_with_that_backend(models):
     runner.graph_runner = None
     with torch.inference_mode():
         assert not torch.allclose(runner.hidden_states(full_keys)[:6], out["eager"][:6], atol=1e-3)
+
+
+@pytest.mark.parametrize("family", ["modernbert", "nomic_bert", "gme_text"])
+def test_more_families_replay_in_pieces(family, tmp_path, request):
+    """ModernBERT (local windows mixed with global layers), NomicBERT (rotary, SwiGLU) and
+    Qwen2-VL's language model on text-only batches: breakable vs eager, float32, sampled buckets."""
+    from test.helpers.tiny_encoders import build_tiny_modernbert, build_tiny_nomic_bert
+
+    if family == "gme_text":
+        runner = make_runner(request.getfixturevalue("gme_dir"), is_embedding=True)
+    else:
+        build = build_tiny_modernbert if family == "modernbert" else build_tiny_nomic_bert
+        runner = make_runner(build(str(tmp_path / family)))
+    graphs, capture = _breakable(runner)
+    rng = np.random.default_rng(6)
+    vocab = runner.model_config.vocab_size
+    for bucket in (1, 8, 24, 48, 64):
+        seq_lens = _lengths_for(bucket, rng)
+        ids = _ids(seq_lens, rng, min(vocab, 60))
+        before = capture.replays
+        eager, replayed = _eager_and_graph(runner, graphs, ids)
+        assert capture.replays - before == len(graphs.graphs[bucket].segments), seq_lens
+        assert np.abs(replayed - eager).max() <= 1e-5, (bucket, seq_lens)
