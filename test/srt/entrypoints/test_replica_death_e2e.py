@@ -101,6 +101,8 @@ def test_a_replica_sigkilled_under_32_clients_answers_every_request_before_exit_
     print(f"\nexit {exited - k:.2f} s after the kill; outcomes {dict(outcomes)}")
     assert all(o == 200 for t0, t1, o, _ in results if t1 < k), "requests failed before the kill"
     in_flight = [(t1 - k, o, body) for t0, t1, o, body in results if t0 < k < t1]
+    slowest = max((dt for dt, _, _ in in_flight), default=0.0)
+    print(f"{len(in_flight)} in flight at the kill, answered within {slowest:.3f} s")
     assert len(in_flight) >= CLIENTS // 2, f"only {len(in_flight)} requests were in flight at the kill"
     assert any(o == 503 for _, o, _ in in_flight)
     for dt, outcome, body in in_flight:
