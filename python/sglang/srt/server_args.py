@@ -142,6 +142,7 @@ class ServerArgs:
     mm_image_timeout: float = 10.0
     mm_max_image_bytes: int = 20 * 1024 * 1024
     mm_max_image_pixels: Optional[int] = None  # None: 4x the processor's max pixels, at least 7680x4320
+    mm_max_aspect_ratio: float = 200.0  # long side / short side; Qwen2-VL's processor refuses > 200
     mm_max_bytes_in_flight: int = 1024 * 1024 * 1024
     mm_fetch_concurrency: int = 64
     mm_allowed_url_hosts: list[str] = field(default_factory=list)  # empty: any public host
@@ -292,6 +293,8 @@ class ServerArgs:
             raise ConfigError("--mm-min-pixels must not be above --mm-max-pixels")
         if self.mm_image_timeout <= 0:
             raise ConfigError("--mm-image-timeout must be > 0 seconds")
+        if not self.mm_max_aspect_ratio >= 1:  # also refuses NaN
+            raise ConfigError("--mm-max-aspect-ratio must be at least 1 (long side over short side)")
 
     # ----- CLI -----
     # The flag table is kept as written (one or two lines a flag) rather than one argument a line.
@@ -508,6 +511,9 @@ class ServerArgs:
         g.add_argument("--mm-max-image-pixels", type=int, default=None,
                        help="Largest image (width x height, read from its header before decoding). "
                             "Default: 4x the model's --mm-max-pixels, at least 7680x4320.")
+        g.add_argument("--mm-max-aspect-ratio", type=float, default=d["mm_max_aspect_ratio"].default,
+                       help="Largest image aspect ratio (long side / short side, read from its header "
+                            "before decoding); over it a 400. Default 200, what Qwen2-VL's processor takes.")
         g.add_argument("--mm-max-bytes-in-flight", type=int, default=d["mm_max_bytes_in_flight"].default,
                        help="Image bytes (encoded, decoding, preprocessed) one HTTP process holds at once; "
                             "requests are admitted in arrival order (a later one waits or gets 429).")

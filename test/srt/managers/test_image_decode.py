@@ -1,5 +1,6 @@
-"""Decoding: the header checks before any pixel is decoded, the reduced decode of images far larger
-than the model needs, and the RGB conversion."""
+"""Decoding: the header checks before any pixel is decoded (pixels, aspect ratio, what the model's
+processor would make of it), the reduced decode of images far larger than the model needs, the
+decode's cost, and the RGB conversion."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from sglang.srt.managers.multimodal.image_cost import PreprocessCost
 from sglang.srt.managers.multimodal.image_decode import decode_image, open_image, to_rgb
 from sglang.srt.managers.multimodal.image_errors import ImageLoadError
 from test.helpers.images import blank_png, encode_image, gradient_image, png_claiming_size
@@ -124,3 +126,65 @@ def test_modes_become_rgb():
     assert _decode(encode_image(pal)).getpixel((0, 0)) == (200, 100, 50)
     pal.info["transparency"] = 1
     assert to_rgb(pal).getpixel((0, 0)) == (255, 255, 255)
+
+
+# ----- issue 27 item 1: tall, thin images -----
+def test_aspect_ratio_limit_is_read_from_the_header():
+    """A 1 x 200,000 image is refused from its header (these bytes are a header only: decoding
+    them would fail), with the limit and its flag named; one at the limit passes."""
+    header_only = png_claiming_size(1, 200_000)
+    with pytest.raises(ImageLoadError) as refused:
+        open_image(header_only, CAP, max_aspect_ratio=200)
+    assert str(refused.value) == (
+        "the image is 1x200000 pixels, an aspect ratio of 200000:1, over the limit of 200:1 (--mm-max-aspect-ratio)"
+    )
+    with pytest.raises(ImageLoadError, match=r"400000x2 pixels, an aspect ratio of 200000:1"):
+        open_image(png_claiming_size(400_000, 2), CAP, max_aspect_ratio=200)
+    with pytest.raises(ImageLoadError, match="201:1, over the limit of 200:1"):
+        open_image(encode_image(gradient_image(1, 201)), CAP, max_aspect_ratio=200)
+    assert open_image(encode_image(gradient_image(1, 200)), CAP, max_aspect_ratio=200).header_size == (1, 200)
+    assert open_image(header_only, CAP).header_size == (1, 200_000)  # no limit given: not checked here
+
+
+def test_decode_cost_counts_what_the_processor_allocates():
+    """The reservation is the decoded image plus the processor's working set, computed for the
+    size the processor is given (after any reduction)."""
+    seen = []
+
+    def cost(height: int, width: int) -> PreprocessCost:
+        seen.append((height, width))
+        return PreprocessCost(pixels=height * width, nbytes=1_000_000)
+
+    png = encode_image(gradient_image(500, 400, seed=2))
+    plain = open_image(png, CAP, _target(50))
+    opened = open_image(png, CAP, _target(50), cost=cost)
+    assert opened.reduce == 4 and opened.processed_size == (125, 100) and seen == [(100, 125)]
+    assert opened.decode_cost == plain.decode_cost + 1_000_000
+    assert decode_image(opened).size == opened.processed_size
+
+
+def test_pixel_cap_counts_the_resized_image():
+    """An image under the cap whose processor would make a larger one is refused from its header."""
+
+    def upscale(height: int, width: int) -> PreprocessCost:
+        return PreprocessCost(pixels=height * width * 1024, nbytes=0)
+
+    with pytest.raises(ImageLoadError) as refused:
+        open_image(png_claiming_size(1, 2000), 1_000_000, cost=upscale)
+    assert str(refused.value) == (
+        "the image is 1x2000 pixels, which the model's processor resizes to 2048000 pixels, "
+        "over the limit of 1000000 pixels"
+    )
+
+
+def test_a_processor_that_refuses_the_size_is_a_load_error():
+    def refuse(height, width):
+        raise ValueError("absolute aspect ratio must be smaller than 200, got 300.0")
+
+    with pytest.raises(ImageLoadError, match="cannot preprocess it: absolute aspect ratio"):
+        open_image(encode_image(gradient_image(300, 1)), CAP, cost=refuse)
+
+
+def test_aspect_ratio_message_keeps_one_decimal():
+    with pytest.raises(ImageLoadError, match=r"aspect ratio of 3.4:1, over the limit of 2.5:1"):
+        open_image(encode_image(gradient_image(17, 5)), CAP, max_aspect_ratio=2.5)

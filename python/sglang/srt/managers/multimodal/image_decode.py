@@ -6,7 +6,11 @@ pixels are refused before any decoding. It also sets up the cheapest decode: a J
 than the model's resize target decodes at 1/2, 1/4 or 1/8 scale (libjpeg's DCT scaling, `draft`),
 and `decode_image` box-reduces other formats right after decoding; both keep at least twice the
 target's width and height, so the model's own resize still does the final antialiased step.
-`OpenedImage.decode_cost` is the working set to reserve before decoding (image_budget.py).
+`OpenedImage.decode_cost` is the working set to reserve before decoding (image_budget.py): the
+decoded image and, when the model's cost rule is given (image_cost.py), everything its processor
+allocates, resized images and float arrays included. An aspect ratio over the limit
+(--mm-max-aspect-ratio) and a processor that would make an image over the pixel cap are refused
+from the header too.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Callable, Optional
 
 from PIL import Image
 
+from sglang.srt.managers.multimodal.image_cost import CostOf, PreprocessCost, aspect_ratio
 from sglang.srt.managers.multimodal.image_errors import ImageLoadError
 
 IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "GIF")
@@ -42,19 +47,39 @@ class OpenedImage:
     image: Image.Image
     header_size: tuple[int, int]  # (width, height) as the file declares it
     target: Optional[TargetSize] = None
+    reduce: int = 1  # box-reduction factor applied right after decoding (1: none)
+    preprocess: Optional[PreprocessCost] = None  # what the model's processor will allocate
 
     @property
     def decode_cost(self) -> int:
-        """Bytes to reserve while it is decoded and converted."""
+        """Bytes to reserve while it is decoded, converted and preprocessed."""
         width, height = self.image.size
         cost = width * height * BYTES_PER_DECODED_PIXEL
         if self.image.format == "JPEG" and self.image.info.get("progressive"):
             cost += self.header_size[0] * self.header_size[1] * BYTES_PER_PROGRESSIVE_JPEG_PIXEL
+        if self.preprocess is not None:
+            cost += self.preprocess.nbytes
         return cost
 
+    @property
+    def processed_size(self) -> tuple[int, int]:
+        """(width, height) of the RGB image the model's processor is given."""
+        width, height = self.image.size
+        if self.reduce < 2:
+            return width, height
+        return -(-width // self.reduce), -(-height // self.reduce)  # Pillow's reduce rounds up
 
-def open_image(data: bytes, max_pixels: int, target: Optional[TargetSize] = None) -> OpenedImage:
-    """Read the header of `data` and check it; set up a reduced-scale decode for large JPEGs."""
+
+def open_image(
+    data: bytes,
+    max_pixels: int,
+    target: Optional[TargetSize] = None,
+    *,
+    max_aspect_ratio: Optional[float] = None,
+    cost: Optional[CostOf] = None,
+) -> OpenedImage:
+    """Read the header of `data` and check it (pixels, aspect ratio, what the processor would
+    make of it); set up a reduced-scale decode for large JPEGs."""
     try:
         img = Image.open(io.BytesIO(data), formats=IMAGE_FORMATS)
     except Image.DecompressionBombError:
@@ -66,11 +91,35 @@ def open_image(data: bytes, max_pixels: int, target: Optional[TargetSize] = None
         raise ImageLoadError(f"the image is empty ({width}x{height})")
     if width * height > max_pixels:
         raise ImageLoadError(f"the image is {width}x{height} pixels, over the limit of {max_pixels} pixels")
+    if max_aspect_ratio is not None and aspect_ratio(width, height) > max_aspect_ratio:
+        raise ImageLoadError(
+            f"the image is {width}x{height} pixels, an aspect ratio of {_ratio(aspect_ratio(width, height))}:1, "
+            f"over the limit of {_ratio(max_aspect_ratio)}:1 (--mm-max-aspect-ratio)"
+        )
+    opened = OpenedImage(img, (width, height), target)
     if target is not None:
         th, tw = _target(target, height, width)
         if img.format == "JPEG" and min(width // tw, height // th) >= 2 * KEEP_TARGET_MULTIPLE:
             img.draft("RGB", (KEEP_TARGET_MULTIPLE * tw, KEEP_TARGET_MULTIPLE * th))
-    return OpenedImage(img, (width, height), target)
+        keep_w, keep_h = KEEP_TARGET_MULTIPLE * tw, KEEP_TARGET_MULTIPLE * th
+        opened.reduce = max(1, min(img.size[0] // keep_w, img.size[1] // keep_h))
+    if cost is not None:
+        seen_w, seen_h = opened.processed_size
+        try:
+            opened.preprocess = cost(seen_h, seen_w)
+        except ValueError as e:  # e.g. Qwen2-VL's aspect ratio over 200
+            raise ImageLoadError(f"cannot preprocess it: {e}") from None
+        if opened.preprocess.pixels > max_pixels:
+            raise ImageLoadError(
+                f"the image is {width}x{height} pixels, which the model's processor resizes to "
+                f"{opened.preprocess.pixels} pixels, over the limit of {max_pixels} pixels"
+            )
+    return opened
+
+
+def _ratio(value: float) -> str:
+    """200000, 201, 3.4: one decimal at most (the check itself is exact)."""
+    return f"{value:.1f}".rstrip("0").rstrip(".")
 
 
 def _target(target: TargetSize, height: int, width: int) -> tuple[int, int]:
@@ -89,10 +138,7 @@ def decode_image(opened: OpenedImage) -> Image.Image:
         img.load()
     except (OSError, SyntaxError, ValueError, EOFError) as e:
         raise ImageLoadError(f"the image data is corrupt ({_first_line(e)})") from None
-    factor = 1
-    if opened.target is not None:
-        th, tw = _target(opened.target, opened.header_size[1], opened.header_size[0])
-        factor = min(img.size[0] // (KEEP_TARGET_MULTIPLE * tw), img.size[1] // (KEEP_TARGET_MULTIPLE * th))
+    factor = opened.reduce
     try:
         if factor < 2:
             return to_rgb(img)

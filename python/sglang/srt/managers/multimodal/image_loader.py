@@ -2,13 +2,15 @@
 
 Per image: a URL is fetched on the event loop (http_fetch.py) within the request's share of the
 fetch slots; inline data and local files are read in the decode pool; then the header is read
-and checked (image_decode.open_image), the decode's working set is reserved in the process's
-ImageMemory, and the image is decoded, reduced and preprocessed in the decode pool, within the
-request's share of those threads. The first image that fails fails the request and cancels the
-others (a cancelled fetch closes its socket; a decode already running finishes, and its memory
-reservation is given back only then). A client that hangs up cancels the whole request the same
-way. Every byte a request held is given back when it ends, and after a request that held a lot
-the freed pages go back to the system.
+and checked (image_decode.open_image: pixels, aspect ratio, and what the model's processor will
+make of it), the decode's working set (the decoded image plus everything the processor
+allocates, image_cost.py) is reserved in the process's ImageMemory, and the image is decoded,
+reduced and preprocessed in the decode pool, within the request's share of those threads. The
+first image that fails fails the request and cancels the others (a cancelled fetch closes its
+socket; a decode already running finishes, and its memory reservation is given back only then).
+A client that hangs up cancels the whole request the same way. Every byte a request held is
+given back when it ends, and after a request that held a lot the freed pages go back to the
+system.
 
 Public API for model code (GME's preparer, and any other image-text model): `parse_image_source`
 (image_source.py) checks a client's string; `ImageLoader(server_args, preprocessor)` with any
@@ -32,7 +34,8 @@ from PIL import Image
 from sglang.srt.managers.multimodal.fetch_slots import FetchSlots
 from sglang.srt.managers.multimodal.http_fetch import ImageUrlFetcher
 from sglang.srt.managers.multimodal.image_budget import ImageMemory, MemoryTrimmer, RequestImages
-from sglang.srt.managers.multimodal.image_decode import decode_image, open_image
+from sglang.srt.managers.multimodal.image_cost import CostOf, cost_from_target
+from sglang.srt.managers.multimodal.image_decode import OpenedImage, decode_image, open_image
 from sglang.srt.managers.multimodal.image_errors import ImageLoadError
 from sglang.srt.managers.multimodal.image_source import ImageSource, UrlSource, read_source_bytes
 from sglang.srt.managers.multimodal.url_guard import UrlPolicy
@@ -64,6 +67,14 @@ class ImagePreprocessor(Protocol):
         ...
 
 
+def preprocess_cost_of(images: ImagePreprocessor) -> CostOf:
+    """The preprocessor's own `preprocess_cost(height, width) -> PreprocessCost` (what it allocates
+    for an image of that size: processors.py, tower_images.py), or an estimate from its resize
+    rule for one that has none."""
+    own = getattr(images, "preprocess_cost", None)
+    return own if callable(own) else cost_from_target(images.target_size)
+
+
 def default_image_pixel_cap(model_max_pixels: int) -> int:
     """Four times what the model resizes to (room for detail that survives the resize), and never
     below an 8K frame, so ordinary photos and screenshots pass."""
@@ -76,6 +87,8 @@ class ImageLoader:
         self.max_bytes = server_args.mm_max_image_bytes
         self.allowed_local_dir = server_args.allowed_local_media_path
         self.max_pixels = server_args.mm_max_image_pixels or default_image_pixel_cap(images.max_pixels)
+        self.max_aspect_ratio = server_args.mm_max_aspect_ratio
+        self._cost: CostOf = preprocess_cost_of(images)
         # Pillow's own bomb check (an error at twice its limit, at open) backs ours up; its warning
         # (above its limit) is noise, since our cap refuses such images right after.
         Image.MAX_IMAGE_PIXELS = max(Image.MAX_IMAGE_PIXELS or 0, self.max_pixels)
@@ -159,12 +172,17 @@ class ImageLoader:
                     )
                 await hold(len(data))
             async with request.decode_share:
-                opened = await loop.run_in_executor(self.pool, open_image, data, self.max_pixels, self._target)
+                opened = await loop.run_in_executor(self.pool, self.open_checked, data)
                 cost = opened.decode_cost
                 await request.start_decode(cost)
                 return await self._run_releasing(request, cost, self._decode, opened)
         finally:
             request.unhold(held[0])
+
+    def open_checked(self, data: bytes) -> OpenedImage:
+        """Read and check the header (pixels, aspect ratio, what the processor would make of it)
+        and work out the decode's full cost, before any pixel is decoded (a decode thread's job)."""
+        return open_image(data, self.max_pixels, self._target, max_aspect_ratio=self.max_aspect_ratio, cost=self._cost)
 
     def _target(self, height: int, width: int) -> tuple[int, int]:
         return self.images.target_size(height, width)

@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from sglang.srt.errors import ConfigError
+from sglang.srt.managers.multimodal.image_cost import PreprocessCost, resize_cost
 
 
 class Qwen2VLImages:
@@ -37,6 +38,7 @@ class Qwen2VLImages:
                     "a Qwen2-VL one (it has no patch_size / merge_size / temporal_patch_size)"
                 )
         self.merge_size = int(self.processor.merge_size)
+        self.temporal_patch_size = int(self.processor.temporal_patch_size)
         self.resize_factor = int(self.processor.patch_size) * self.merge_size
         self.min_pixels, self.max_pixels = _pixel_range(self.processor)
         if self.min_pixels > self.max_pixels:
@@ -48,6 +50,12 @@ class Qwen2VLImages:
         return self._smart_resize(
             height, width, factor=self.resize_factor, min_pixels=self.min_pixels, max_pixels=self.max_pixels
         )
+
+    def preprocess_cost(self, height: int, width: int) -> PreprocessCost:
+        """What preprocessing an RGB image of this size allocates (image_cost.py): the resized
+        image and its float patches, repeated over the temporal patch (ValueError if it cannot)."""
+        th, tw = self.target_size(height, width)
+        return resize_cost((height, width), (th, tw), th * tw, output_copies=self.temporal_patch_size)
 
     def __call__(self, image) -> tuple[np.ndarray, np.ndarray]:
         """An RGB PIL image -> (pixel_values float32 [patches, C * T * P * P], grid_thw int64 [1, 3])."""

@@ -1,0 +1,88 @@
+"""Peak memory of a model's image preprocessing, measured in a fresh process, beside its estimate.
+
+    python -m test.helpers.preprocess_peak '{"kind": "tower", "model_dir": ..., "sizes": [[w, h], ...]}'
+
+prints one JSON list of {"size", "measured", "estimate", "pixels"} (bytes; `pixels`: the
+estimate's largest image). The peak is the rise of the process's resident high-water mark (VmHWM,
+reset through /proc/self/clear_refs) over its resident size just before the call, with the freed
+heap given back to the system first, so memory reused from an earlier call cannot hide a peak.
+`measure` runs it in a subprocess (one import of transformers for every size).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import json
+import os
+import subprocess
+import sys
+from typing import Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _status_kb(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+
+
+def _trim() -> None:
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
+
+
+def _preprocessor(kind: str, model_dir: str, max_pixels: Optional[int]):
+    if kind == "qwen2vl":
+        from sglang.srt.managers.multimodal.processors import Qwen2VLImages
+
+        return Qwen2VLImages(model_dir, max_pixels=max_pixels)
+    from sglang.srt.managers.multimodal.tower_images import TowerImages
+
+    with open(os.path.join(model_dir, "config.json")) as f:
+        patch = json.load(f)["vision_config"]["patch_size"]
+    return TowerImages(model_dir, patch, class_token=kind == "clip")
+
+
+def _run(spec: dict) -> list[dict]:
+    from test.helpers.images import gradient_image
+
+    images = _preprocessor(spec["kind"], spec["model_dir"], spec.get("max_pixels"))
+    images(gradient_image(40, 30))  # the first call's one-off allocations are not the image's
+    out = []
+    for width, height in spec["sizes"]:
+        image = gradient_image(width, height)
+        _trim()
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset VmHWM to the current resident size
+        before = _status_kb("VmRSS")
+        pixels, _ = images(image)
+        measured = (_status_kb("VmHWM") - before) * 1024
+        cost = images.preprocess_cost(height, width)
+        out.append({"size": [width, height], "measured": measured, "estimate": cost.nbytes, "pixels": cost.pixels})
+        del pixels, image
+    return out
+
+
+def measure(kind: str, model_dir: str, sizes: list[tuple[int, int]], max_pixels: Optional[int] = None) -> list[dict]:
+    """[(width, height) -> measured peak and estimate] for `kind` ('clip', 'siglip', 'qwen2vl')."""
+    spec = {"kind": kind, "model_dir": model_dir, "sizes": [list(s) for s in sizes], "max_pixels": max_pixels}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "python")])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "test.helpers.preprocess_peak", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=env,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"the measuring process failed: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+if __name__ == "__main__":
+    print(json.dumps(_run(json.loads(sys.argv[1]))))
