@@ -7,7 +7,7 @@ import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 
 def rss_mb(pid: int) -> float:
@@ -39,6 +39,16 @@ class Watch:
             f"{self.elapsed_s:.2f} s, /health max {self.health_max_s * 1000:.0f} ms over {self.health_checks}, "
             f"RSS {self.rss_before_mb:.0f} MB -> peak +{self.peak_growth_mb:.0f} MB, after +{self.growth_mb:.0f} MB"
         )
+
+
+def tokenize_seconds(base_url: str, headers: Optional[dict] = None) -> float:
+    """The server's total time spent validating and tokenizing requests (every HTTP worker's,
+    from /metrics): the difference around a request is that request's share."""
+    req = urllib.request.Request(base_url + "/metrics", headers=headers or {})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        text = r.read().decode()
+    name = "sglang_tokenization_duration_seconds_sum"
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
 
 
 def watched(base_url: str, pid: int, send: Callable[[], Any], settle_s: float = 1.0) -> Watch:
