@@ -110,6 +110,7 @@ class ServerArgs:
     max_payload_bytes: int = 8 * 1024 * 1024
     max_client_batch_size: int = 2048
     max_request_tokens: int = 1 << 22  # tokens one request may send to the model, shared prompts counted per input
+    max_response_bytes: int = 64 * 1024 * 1024  # per-token rows and /tokenize answers (docs/operations.md)
     request_timeout: float = 600.0
     graceful_timeout: float = 30.0
     log_requests: bool = False
@@ -200,6 +201,7 @@ class ServerArgs:
             "max_payload_bytes",
             "max_client_batch_size",
             "max_request_tokens",
+            "max_response_bytes",
             "max_connections",
             "max_header_bytes",
         )
@@ -431,6 +433,10 @@ class ServerArgs:
                        help="Most tokens one request may send to the model, a prompt / instruction / rerank "
                             "query counted once per input (checked on that piece before the inputs are "
                             "tokenized); more get 413.")
+        g.add_argument("--max-response-bytes", type=int, default=d["max_response_bytes"].default,
+                       help="Largest per-token answer (/embed_all, /pooling token_embed, multi-vector "
+                            "/v1/embeddings; sized from the token counts before any model work) and TEI "
+                            "/tokenize answer; bigger ones get 413.")
         g.add_argument("--request-timeout", type=float, default=d["request_timeout"].default,
                        help="Seconds a request may wait in the queue before it is dropped with 504 (0: no limit).")
         g.add_argument("--startup-timeout", type=float, default=d["startup_timeout"].default,

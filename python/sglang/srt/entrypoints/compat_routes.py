@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, Callable
 
 from fastapi import FastAPI, Request
@@ -24,10 +23,11 @@ from sglang.srt.entrypoints.embed_options import invalid, refuse_unsupported
 from sglang.srt.entrypoints.error_styles import TeiError, cohere_style, tei_empty, tei_style
 from sglang.srt.entrypoints.json_body import read_json
 from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest, EmbeddingResponse, ModelCard
-from sglang.srt.entrypoints.openai.serving_base import model_not_found
+from sglang.srt.entrypoints.openai.serving_base import check_batch_size, model_not_found
 from sglang.srt.entrypoints.openai.serving_embedding import OpenAIServingEmbedding
 from sglang.srt.entrypoints.tei.protocol import SimpleToken, TokenizeRequest
-from sglang.srt.entrypoints.tokens import check_ids, decode, tei_tokens, vllm_tokenize
+from sglang.srt.entrypoints.token_work import check_ids_work, decode_all, off_loop, tei_tokenize_answer
+from sglang.srt.entrypoints.tokens import vllm_tokenize
 from sglang.srt.entrypoints.vllm.protocol import (
     DetokenizeRequest,
     DetokenizeResponse,
@@ -39,8 +39,6 @@ from sglang.srt.entrypoints.vllm.protocol import (
 from sglang.srt.entrypoints.vllm.serving import VllmServingPooling
 from sglang.srt.errors import EmbeddingError
 from sglang.srt.server_args import ServerArgs
-
-INLINE_CHARS = 32_768  # longer texts are tokenized in a worker thread, off the event loop
 
 
 def model_card(server_args: ServerArgs, model_info: ModelInfo, name: str, created: int) -> ModelCard:
@@ -124,19 +122,18 @@ def add_compat_routes(
     @app.post("/detokenize", response_model=DetokenizeResponse)
     async def detokenize(request: DetokenizeRequest):
         check_model(request.model)
-        check_ids(request.tokens, model_info.vocab_size, "tokens")
-        return json_response({"prompt": decode(tokenizer(), request.tokens, skip_special_tokens=False)})
+        check_ids_work([request.tokens], server_args, model_info.max_input_length, "tokens")
+        tok = tokenizer()
+        text = await off_loop(
+            lambda: decode_all(tok, [request.tokens], model_info.vocab_size, False, "tokens"), len(request.tokens)
+        )
+        return json_response(b'{"prompt":' + text[1:-1] + b"}")
 
     def tokenizer():
         return app.state.tokenizer_manager.input_tokenizer.tokenizer
 
     def check_model(model) -> None:
         serving("compat_embedding", OpenAIServingEmbedding).check_model_name(model)
-
-    async def off_loop(fn, chars: int):
-        if chars <= INLINE_CHARS:
-            return fn()
-        return await asyncio.get_running_loop().run_in_executor(None, fn)
 
     @app.post(
         "/tokenize",
@@ -196,10 +193,11 @@ def add_compat_routes(
             texts = [request.inputs] if isinstance(request.inputs, str) else request.inputs
             if not texts or any(t == "" for t in texts):
                 raise tei_empty("inputs")
+            check_batch_size(len(texts), server_args, "inputs")  # as /embed answers it (413)
             prefix = resolve_prompt(model_info.prompts, model_info.default_prompt, request.prompt_name) or ""
-            tok, lower = tokenizer(), model_info.do_lower_case
+            tok, lower, limit = tokenizer(), model_info.do_lower_case, server_args.max_response_bytes
             out = await off_loop(
-                lambda: [tei_tokens(tok, prefix + t, request.add_special_tokens, lower) for t in texts],
+                lambda: tei_tokenize_answer(tok, texts, prefix, request.add_special_tokens, lower, limit),
                 sum(len(t) for t in texts),
             )
             return json_response(out)

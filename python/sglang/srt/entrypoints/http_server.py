@@ -42,6 +42,7 @@ from sglang.srt.entrypoints.openai.task_protocol import (
     SparseEmbedRequest,
     SparseValue,
 )
+from sglang.srt.entrypoints.response_parts import Parts, PartsResponse
 from sglang.srt.entrypoints.tei.routes import add_tei_routes
 from sglang.srt.entrypoints.trace_middleware import TraceRequests
 from sglang.srt.entrypoints.uvicorn_server import on_loop
@@ -60,7 +61,9 @@ _ERROR_RESPONSES = {status: {"model": ErrorResponse} for status in sorted(set(HT
 _TEI_ERRORS = {422: {"description": "TEI error: {error, error_type}"}}
 
 
-def json_response(body: bytes | dict, status: int = 200, headers: Optional[dict] = None) -> Response:
+def json_response(body: bytes | dict | Parts, status: int = 200, headers: Optional[dict] = None) -> Response:
+    if isinstance(body, Parts):  # a large answer's parts, sent as they are (entrypoints/response_parts.py)
+        return PartsResponse(body, status, headers)
     content = body if isinstance(body, bytes) else orjson.dumps(body)
     return Response(content=content, status_code=status, media_type="application/json", headers=headers)
 

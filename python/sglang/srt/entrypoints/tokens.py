@@ -16,7 +16,7 @@ from typing import Optional
 from sglang.srt.errors import EmbeddingError, ErrorKind
 
 
-def _byte_offsets(text: str) -> list[int]:
+def byte_offsets(text: str) -> list[int]:
     """byte offset of every character position 0..len(text)."""
     if text.isascii():
         return list(range(len(text) + 1))
@@ -28,7 +28,14 @@ def _byte_offsets(text: str) -> list[int]:
 
 def tei_tokens(tokenizer, text: str, add_special_tokens: bool, lower: bool = False) -> list[dict]:
     """One input as TEI's SimpleToken list (`text` already carries any prompt)."""
-    enc = tokenizer(
+    enc = tei_encode(tokenizer, text, add_special_tokens, lower)
+    raw = text.encode("utf-8", "surrogatepass")
+    return tei_token_dicts(tokenizer, enc, raw, byte_offsets(text), 0, len(enc["input_ids"]))
+
+
+def tei_encode(tokenizer, text: str, add_special_tokens: bool, lower: bool = False):
+    """The tokenizer's ids, special-token mask and offsets of one input."""
+    return tokenizer(
         text.lower() if lower else text,
         add_special_tokens=add_special_tokens,
         return_offsets_mapping=True,
@@ -36,11 +43,14 @@ def tei_tokens(tokenizer, text: str, add_special_tokens: bool, lower: bool = Fal
         return_attention_mask=False,
         return_token_type_ids=False,
     )
-    ids = enc["input_ids"]
-    specials = enc["special_tokens_mask"]
-    offsets = enc["offset_mapping"]
-    byte_at = _byte_offsets(text)
-    raw = text.encode("utf-8", "surrogatepass")
+
+
+def tei_token_dicts(tokenizer, enc, raw: bytes, byte_at: list[int], lo: int, hi: int) -> list[dict]:
+    """Tokens lo..hi of an encoded input as SimpleToken dicts (`raw`: the input's UTF-8 bytes,
+    `byte_at`: byte_offsets of it), so a long input is rendered a slice at a time."""
+    ids = enc["input_ids"][lo:hi]
+    specials = enc["special_tokens_mask"][lo:hi]
+    offsets = enc["offset_mapping"][lo:hi]
     names = tokenizer.convert_ids_to_tokens(ids)
     out = []
     for tid, special, (start, stop), name in zip(ids, specials, offsets, names):

@@ -31,6 +31,7 @@ from sglang.srt.managers.io_struct import (
 from sglang.srt.managers.multimodal.preparer import MultimodalPreparer
 from sglang.srt.managers.multimodal.preparer import attach as attach_images
 from sglang.srt.managers.request_tracing import request_span
+from sglang.srt.managers.response_size import check_per_token_size
 from sglang.srt.managers.shared_inputs import work_chars
 from sglang.srt.managers.tokenization import InputTokenizer
 from sglang.srt.metrics.server_metrics import ServerMetrics
@@ -179,6 +180,9 @@ class TokenizerManager:
                 tokenized = tokenize(req)
             if tokenize is not self.input_tokenizer.tokenize:
                 tokenized, key_lens = [(ids, None) for ids, _ in tokenized], [k for _, k in tokenized]
+        if req.token_output is not None:  # per-token answers: refused here when too large, before any compute
+            sizes = [len(ids) for ids, _ in tokenized]
+            check_per_token_size(req, sizes, self.model_info, self.server_args.max_response_bytes)
         # Internal ids are always fresh: a client's x-request-id may repeat, and sharing state
         # keys would hand one client's vectors to another.
         base = uuid.uuid4().hex
@@ -269,6 +273,9 @@ class TokenizerManager:
                 self._dispatch(res)
             except Exception:
                 logger.exception("failed to handle a result message")
+            # Not kept until the next message arrives: the frames (and the rows decoded from them)
+            # of a per-token answer are tens of MB, alive after the answer was sent.
+            frames = res = None
 
     def _dispatch(self, res: BatchEmbeddingResult) -> None:
         refused = [rid for rid, code in zip(res.rids, res.error_codes) if code == ErrorKind.QUEUE_FULL]

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from typing import Generic, Optional, TypeVar
 
+from sglang.srt.entrypoints.response_parts import Body
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import EmbeddingReqInput
 from sglang.srt.managers.tokenizer_manager import EmbeddingResult, TokenizerManager
+from sglang.srt.server_args import ServerArgs
 
 RequestT = TypeVar("RequestT")
 
@@ -25,6 +27,21 @@ def model_not_found(requested: str) -> EmbeddingError:
     )
 
 
+def check_batch_size(n: int, args: ServerArgs, param: str = "input") -> None:
+    """Refuse more inputs than one request may carry (413): --max-client-batch-size, and never more
+    than --max-queue-size (such a request could never be queued; a queue-full answer would invite
+    retries). The inference routes and TEI's /tokenize and /decode share it."""
+    limit, flag = args.max_client_batch_size, "--max-client-batch-size"
+    if args.max_queue_size < limit:
+        limit, flag = args.max_queue_size, "--max-queue-size"
+    if n > limit:
+        raise EmbeddingError(
+            ErrorKind.TOO_LARGE,
+            f"The request has {n} inputs; this server takes at most {limit} per request ({flag}).",
+            param=param,
+        )
+
+
 class OpenAIServingBase(Generic[RequestT]):
     endpoint: str = ""  # the route, for messages ("/v1/classify")
 
@@ -32,9 +49,9 @@ class OpenAIServingBase(Generic[RequestT]):
         self.tm = tokenizer_manager
         self.served_model_name = served_model_name
 
-    async def handle(self, request: RequestT, rid: Optional[str] = None) -> tuple[bytes, EmbeddingResult]:
-        """The response body and the result behind it (for timing headers and logs); `rid` is the
-        HTTP request id, which some responses echo."""
+    async def handle(self, request: RequestT, rid: Optional[str] = None) -> tuple[Body, EmbeddingResult]:
+        """The response body (bytes, or a large answer's parts) and the result behind it (for timing
+        headers and logs); `rid` is the HTTP request id, which some responses echo."""
         self.validate(request)
         req = self.convert(request)
         self.check_batch_size(req.batch_size)
@@ -48,7 +65,7 @@ class OpenAIServingBase(Generic[RequestT]):
     def convert(self, request: RequestT) -> EmbeddingReqInput:
         raise NotImplementedError
 
-    def render(self, request: RequestT, result: EmbeddingResult, rid: Optional[str]) -> bytes:
+    def render(self, request: RequestT, result: EmbeddingResult, rid: Optional[str]) -> Body:
         raise NotImplementedError
 
     # ----- checks the routes share -----
@@ -62,19 +79,7 @@ class OpenAIServingBase(Generic[RequestT]):
             raise model_not_found(requested)
 
     def check_batch_size(self, n: int) -> None:
-        """Refuse more inputs than one request may carry: --max-client-batch-size, and never more
-        than --max-queue-size (such a request could never be queued; a queue-full answer would
-        invite retries)."""
-        args = self.tm.server_args
-        limit, flag = args.max_client_batch_size, "--max-client-batch-size"
-        if args.max_queue_size < limit:
-            limit, flag = args.max_queue_size, "--max-queue-size"
-        if n > limit:
-            raise EmbeddingError(
-                ErrorKind.TOO_LARGE,
-                f"The request has {n} inputs; this server takes at most {limit} per request ({flag}).",
-                param="input",
-            )
+        check_batch_size(n, self.tm.server_args)
 
     def require_classifier(self) -> None:
         if not self.tm.model_info.is_classifier:

@@ -17,6 +17,7 @@ from sglang.srt.entrypoints.error_styles import TeiError, tei_empty
 from sglang.srt.entrypoints.inputs import normalize_input
 from sglang.srt.entrypoints.openai.serving_base import OpenAIServingBase
 from sglang.srt.entrypoints.openai.task_protocol import EmbedAllRequest
+from sglang.srt.entrypoints.response_parts import Parts, json_array
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.layers.token_outputs import TOKENS_HIDDEN
 from sglang.srt.managers.io_struct import FORMAT_FLOAT, EmbeddingReqInput
@@ -69,5 +70,5 @@ class ServingEmbedAll(OpenAIServingBase[EmbedAllRequest]):
         set_prompt(req, self.tm.model_info, request.prompt_name)
         return req
 
-    def render(self, request: EmbedAllRequest, result: EmbeddingResult, rid: Optional[str]) -> bytes:
-        return b"[" + b",".join(result.payloads) + b"]"
+    def render(self, request: EmbedAllRequest, result: EmbeddingResult, rid: Optional[str]) -> Parts:
+        return json_array(result.payloads)  # the rows as the detokenizer made them, not joined

@@ -28,6 +28,7 @@ from sglang.srt.entrypoints.inputs import normalize_input
 from sglang.srt.entrypoints.openai.multi_vector import check_multi_vector_options, multi_vector_output
 from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest
 from sglang.srt.entrypoints.openai.serving_base import OpenAIServingBase
+from sglang.srt.entrypoints.response_parts import Body, Parts
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import (
     EMBED_DTYPES,
@@ -55,16 +56,31 @@ def sparse_embeddings_format(model_info: ModelInfo, requested: str) -> Optional[
     return FORMAT_SPARSE_DICT
 
 
-def render_response(result: EmbeddingResult, model: str) -> bytes:
+def render_response(result: EmbeddingResult, model: str) -> Body:
     """Splice the detokenizer's ready-made payloads into OpenAI's response shape (multi-vector
-    items also carry the `token_ids` their vectors belong to)."""
-    ids = result.token_ids or [None] * len(result.payloads)
+    items also carry the `token_ids` their vectors belong to, and go as parts, not joined)."""
+    if result.token_ids is not None:
+        return multi_vector_parts(result, model)
+    ids = [None] * len(result.payloads)
     items = b",".join(
         b'{"object":"embedding","index":%d,"embedding":%s%s}'
         % (i, payload, b',"token_ids":' + tid if tid is not None else b"")
         for i, (payload, tid) in enumerate(zip(result.payloads, ids))
     )
     return _envelope(items, result, model)
+
+
+def multi_vector_parts(result: EmbeddingResult, model: str) -> Parts:
+    """Per-token items as parts: each row stays the bytes the detokenizer made (response_parts.py)."""
+    tokens = sum(result.prompt_tokens)
+    parts = Parts([b'{"object":"list","data":['])
+    for i, (payload, tid) in enumerate(zip(result.payloads, result.token_ids)):
+        head = b'%s{"object":"embedding","index":%d,"embedding":' % (b"," if i else b"", i)
+        parts += [head, payload, (b',"token_ids":' + tid if tid is not None else b"") + b"}"]
+    parts.append(
+        b'],"model":' + orjson.dumps(model) + b',"usage":{"prompt_tokens":%d,"total_tokens":%d}}' % (tokens, tokens)
+    )
+    return parts
 
 
 def render_by_type(result: EmbeddingResult, model: str, types: list[str]) -> bytes:
@@ -195,7 +211,7 @@ class OpenAIServingEmbedding(OpenAIServingBase[EmbeddingRequest]):
     def convert(self, request: EmbeddingRequest) -> EmbeddingReqInput:
         return embedding_request_input(request, self.tm.model_info, self.served_model_name)
 
-    def render(self, request: EmbeddingRequest, result: EmbeddingResult, rid: Optional[str]) -> bytes:
+    def render(self, request: EmbeddingRequest, result: EmbeddingResult, rid: Optional[str]) -> Body:
         if request.embedding_types is not None:
             return render_by_type(result, self.served_model_name, check_embedding_types(request.embedding_types))
         return render_response(result, self.served_model_name)

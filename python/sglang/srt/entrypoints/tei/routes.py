@@ -25,7 +25,7 @@ from sglang.srt.entrypoints.tei.protocol import (
     RerankRequest,
 )
 from sglang.srt.entrypoints.tei.serving import TeiServingEmbed, TeiServingPredict, TeiServingRerank
-from sglang.srt.entrypoints.tokens import check_ids, decode
+from sglang.srt.entrypoints.token_work import check_ids_work, decode_all, off_loop
 from sglang.srt.server_args import ServerArgs
 
 TEI_PATHS = ("/embed", "/rerank", "/predict", "/decode", "/info", "/")
@@ -109,13 +109,13 @@ def add_tei_routes(
         if not ids:
             raise tei_empty("ids")
         batch = ids if isinstance(ids[0], list) else [ids]
-        tm = app.state.tokenizer_manager
-        tokenizer = tm.input_tokenizer.tokenizer
-        for one in batch:
-            if not one:
-                raise tei_empty("ids")
-            check_ids(one, model_info.vocab_size, "ids")
-        return json_response([decode(tokenizer, one, request.skip_special_tokens) for one in batch])
+        check_ids_work(batch, server_args, model_info.max_input_length, "ids")  # 413 before any work
+        if not all(batch):
+            raise tei_empty("ids")
+        tokenizer = app.state.tokenizer_manager.input_tokenizer.tokenizer
+        vocab, skip = model_info.vocab_size, request.skip_special_tokens
+        body = await off_loop(lambda: decode_all(tokenizer, batch, vocab, skip, "ids"), sum(len(x) for x in batch))
+        return json_response(body)
 
     @app.get("/info", response_model=Info)
     async def info():

@@ -20,6 +20,7 @@ from sglang.srt.entrypoints.inputs import normalize_input
 from sglang.srt.entrypoints.openai.serving_base import OpenAIServingBase
 from sglang.srt.entrypoints.openai.serving_rerank import OpenAIServingRerank
 from sglang.srt.entrypoints.openai.task_protocol import RerankRequest as OpenAIRerankRequest
+from sglang.srt.entrypoints.response_parts import Parts, json_array
 from sglang.srt.entrypoints.tei.protocol import EmbedRequest, PredictRequest, RerankRequest
 from sglang.srt.managers.io_struct import FORMAT_FLOAT, FORMAT_RAW, EmbeddingReqInput
 from sglang.srt.managers.matryoshka import validate_dimensions
@@ -57,8 +58,8 @@ class TeiServingEmbed(OpenAIServingBase[EmbedRequest]):
         set_prompt(req, self.tm.model_info, request.prompt_name)
         return req
 
-    def render(self, request: EmbedRequest, result: EmbeddingResult, rid: Optional[str]) -> bytes:
-        return b"[" + b",".join(result.payloads) + b"]"
+    def render(self, request: EmbedRequest, result: EmbeddingResult, rid: Optional[str]) -> Parts:
+        return json_array(result.payloads)
 
 
 class TeiServingRerank(OpenAIServingRerank):

@@ -29,6 +29,7 @@ from sglang.srt.entrypoints.openai.serving_embedding import (
     embedding_request_input,
     refuse_set,
 )
+from sglang.srt.entrypoints.response_parts import Parts
 from sglang.srt.entrypoints.vllm.protocol import PoolingRequest
 from sglang.srt.entrypoints.vllm.token_embed import render_rows, shape_rows, token_rows
 from sglang.srt.layers.token_outputs import TOKENS_HIDDEN
@@ -100,9 +101,10 @@ class VllmServingPooling(OpenAIServingBase[PoolingRequest]):
                 req.encoding_format = request.encoding_format
             else:  # raw float32 hidden states; dimensions and normalize are applied per row in render
                 req.token_output, req.encoding_format, req.dimensions = TOKENS_HIDDEN, FORMAT_RAW, None
+                req.response_format = request.encoding_format  # sized as answered (--max-response-bytes)
         return req
 
-    def render(self, request: PoolingRequest, result: EmbeddingResult, rid: Optional[str]) -> bytes:
+    def render(self, request: PoolingRequest, result: EmbeddingResult, rid: Optional[str]) -> Parts:
         task = self.task(request)
         if task == "classify":
             info = self.tm.model_info
@@ -112,7 +114,6 @@ class VllmServingPooling(OpenAIServingBase[PoolingRequest]):
             payloads = self.token_payloads(request, result)
         else:
             payloads = result.payloads
-        items = b",".join(b'{"index":%d,"object":"pooling","data":%s}' % (i, p) for i, p in enumerate(payloads))
         tokens = sum(result.prompt_tokens)
         head = orjson.dumps(
             {
@@ -123,7 +124,11 @@ class VllmServingPooling(OpenAIServingBase[PoolingRequest]):
             }
         )
         tail = b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":0}}' % (tokens, tokens)
-        return head[:-1] + b',"data":[' + items + b"]" + tail
+        parts = Parts([head[:-1] + b',"data":['])
+        for i, p in enumerate(payloads):  # rows stay as rendered (entrypoints/response_parts.py)
+            parts += [b'%s{"index":%d,"object":"pooling","data":' % (b"," if i else b"", i), p, b"}"]
+        parts.append(b"]" + tail)
+        return parts
 
     def token_payloads(self, request: PoolingRequest, result: EmbeddingResult) -> list[bytes]:
         ids = result.token_ids or [None] * len(result.payloads)
