@@ -10,14 +10,21 @@ from sglang.srt.configs.llm_reranker import QWEN3_RERANKER
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers import shared_inputs
 from sglang.srt.managers.io_struct import EmbeddingReqInput
-from sglang.srt.managers.shared_inputs import SPLIT_COPY_CHARS, work_chars
+from sglang.srt.managers.shared_inputs import SPLIT_COPY_CHARS, Bounded, work_chars
 from sglang.srt.managers.tokenization import InputTokenizer
 from sglang.srt.server_args import ServerArgs
 from test.helpers.model_info import make_model_info
 from test.helpers.tiny_reranker import DOCUMENTS, QUERY, reranker_tokenizer
 
 TEXTS = ["hello world", "a", "Big, bold: city!", "naïve café"]
-PROMPTS = ["query: ", "Represent this sentence for searching relevant passages: ", "word " * 300, "the river" * 40]
+PROMPTS = [
+    "query: ",
+    "Represent this sentence for searching relevant passages: ",
+    "word " * 300,
+    "the river" * 40,
+    "The river, it runs. " * 150,  # 3,000 characters: read in windows from both ends at context 32
+]
+LONG = "Where does the river meet the city? Naïve café, 1,234 bridges; (big) words. " * 400
 
 
 class CountingTokenizer:
@@ -55,6 +62,12 @@ def bpe_tokenizer():
 def _tok(hf, context=32, **kw) -> InputTokenizer:
     info = make_model_info(max_input_length=context, vocab_size=len(hf), pair_token_types=True)
     return InputTokenizer(ServerArgs(**kw), info, tokenizer=hf)
+
+
+def _err(fn) -> EmbeddingError:
+    with pytest.raises(EmbeddingError) as e:
+        fn()
+    return e.value
 
 
 def _ids(items) -> list:
@@ -130,7 +143,7 @@ def test_huge_prompt_with_truncation_reads_it_once(hf_tokenizer):
     items = tok.tokenize(req)
     assert len(items) == n and all(len(ids) == 256 for ids, _ in items)
     assert items[0][0][-2:].tolist() == [1037, 102]  # "a" [SEP]: the input kept, the prompt's start cut
-    assert counting.chars < 2 * len(prompt)  # the prompt once (+ its short tail per input), not 128 times
+    assert counting.chars < 10_000  # its two ends (+ its short tail per input), not 128 x 100,000
     right = tok.tokenize(EmbeddingReqInput(text=["a"] * n, prompt=prompt, truncate=True))
     assert all(ids.tolist() == right[0][0].tolist() for ids, _ in right) and right[0][0][-1] == 102
 
@@ -142,9 +155,11 @@ def test_prompt_longer_than_the_context_is_refused_once(hf_tokenizer):
     with pytest.raises(EmbeddingError) as e:
         tok.tokenize(EmbeddingReqInput(text=["a"] * 128, prompt=prompt))
     assert e.value.kind == ErrorKind.INVALID_REQUEST and e.value.param == "prompt"
-    assert "The prompt alone (20000 tokens, 20002 with the model's special tokens)" in e.value.message
+    assert "The prompt alone (at least 923 tokens, at least 925 with the model's special tokens)" in e.value.message
     assert "context length (256 tokens)" in e.value.message
-    assert counting.chars <= len(prompt) + 64  # the probe of the special tokens aside, nothing per input
+    assert counting.chars < 10_000  # read from its ends only as far as it takes to tell; nothing per input
+    e = _err(lambda: tok.tokenize(EmbeddingReqInput(text=["a"] * 128, prompt="word " * 300)))
+    assert e.message.startswith("The prompt alone (300 tokens, 302 with the model's special tokens)")
 
 
 def test_request_token_budget_is_413_naming_the_flag(hf_tokenizer):
@@ -166,8 +181,8 @@ def test_rerank_query_longer_than_the_context_is_refused_once(hf_tokenizer):
     query = "word " * 20000
     with pytest.raises(EmbeddingError) as e:
         tok.tokenize(EmbeddingReqInput(text_pairs=[(query, "a")] * 256))
-    assert e.value.param == "query" and "The query alone (20000 tokens, 20003 with" in e.value.message
-    assert counting.chars < 2 * len(query)
+    assert e.value.param == "query" and "The query alone (at least 1741 tokens, at least 1744 with" in e.value.message
+    assert counting.chars < 20_000
 
 
 def test_rerank_query_with_truncation_is_joined_and_bounded(hf_tokenizer):
@@ -177,7 +192,9 @@ def test_rerank_query_with_truncation_is_joined_and_bounded(hf_tokenizer):
     items = tok.tokenize(EmbeddingReqInput(text_pairs=[(query, "a")] * 256, truncate=True))
     assert len(items) == 256 and all(len(ids) == 512 and len(tt) == 512 for ids, tt in items)
     assert items[0][0][0] == 101 and set(items[0][1].tolist()) == {0}  # [CLS] and the query: cut on the right
-    assert counting.chars < 2 * len(query)
+    left = tok.tokenize(EmbeddingReqInput(text_pairs=[(query, "a")] * 256, truncate=True, truncation_side="left"))
+    assert left[0][0][-3:].tolist() == [102, 1037, 102] and left[0][1][-2:].tolist() == [1, 1]  # [SEP] a [SEP]
+    assert counting.chars < 30_000
 
 
 def test_llm_reranker_instruction_over_the_context_is_refused_once(bpe_tokenizer):
@@ -187,8 +204,8 @@ def test_llm_reranker_instruction_over_the_context_is_refused_once(bpe_tokenizer
     instruction = "search " * 20000
     with pytest.raises(EmbeddingError) as e:
         tok.tokenize(EmbeddingReqInput(text_pairs=[(QUERY, "a")] * 256, instruction=instruction))
-    assert e.value.param == "instruction" and "The query and instruction alone" in e.value.message
-    assert counting.chars < 2 * len(instruction)
+    assert e.value.param == "instruction" and "The query and instruction alone (at least" in e.value.message
+    assert counting.chars < 20_000
 
 
 def test_work_chars_counts_the_shared_piece_per_input():
@@ -208,3 +225,14 @@ def test_colbert_prompt_joined_by_ids_matches(monkeypatch, hf_tokenizer):
         joined = tok.tokenize_truncated(list(TEXTS), 31, prompt)
         monkeypatch.setattr(shared_inputs, "SPLIT_COPY_CHARS", SPLIT_COPY_CHARS)
         assert joined == copied
+
+
+@pytest.mark.parametrize("which", ["wordpiece", "bpe"])
+@pytest.mark.parametrize("window", [16, 256])
+def test_long_pieces_are_read_from_both_ends_as_the_whole_tokenizes(hf_tokenizer, bpe_tokenizer, which, window):
+    hf = hf_tokenizer if which == "wordpiece" else bpe_tokenizer
+    whole = hf.encode(LONG, add_special_tokens=False)
+    b = Bounded.of(hf, LONG, window=window)
+    assert not b.whole and len(b.front) >= window and len(b.back) >= window and b.tokens < len(whole)
+    assert b.front.tolist() == whole[: len(b.front)] and b.back.tolist() == whole[len(whole) - len(b.back) :]
+    assert Bounded.of(hf, LONG).front.tolist() == whole  # no window: the whole text

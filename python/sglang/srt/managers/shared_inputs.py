@@ -25,6 +25,7 @@ from sglang.srt.managers.io_struct import EmbeddingReqInput
 
 SPLIT_COPY_CHARS = 1 << 20  # copies of a shared piece beyond this many characters: joined by ids instead
 TAIL_CHARS = 256  # how far from a prefix's end its cut point is looked for
+WINDOW_CHARS_PER_TOKEN = 8  # a long shared piece is read this many characters per token needed from each end
 PROBE = ("hello", "world")  # texts that probe a tokenizer's special-token layout
 
 
@@ -98,53 +99,86 @@ class SpecialLayout:
 
 
 @dataclass(frozen=True)
-class SharedPrefix:
-    """A prefix tokenized once: `head` (ids up to the cut), `tail` (the text after it, tokenized
-    again with each input) and `tokens` (the whole prefix's token count, no special tokens)."""
+class Bounded:
+    """A text's tokens (no special tokens), read at most `window` tokens' worth from each end when
+    it is long: `front` and `back` are its first and last tokens (both all of them when `whole`),
+    `tokens` the count (a lower bound unless `whole`)."""
 
-    head: np.ndarray
+    front: np.ndarray
+    back: np.ndarray
+    tokens: int
+    whole: bool
+
+    @classmethod
+    def of(cls, tokenizer, text: str, window: Optional[int] = None) -> "Bounded":
+        chars = None if window is None else WINDOW_CHARS_PER_TOKEN * window + TAIL_CHARS
+        if chars is not None and len(text) > 3 * chars:
+            front_cut, back_cut = _cut_before(text, chars), _cut_before(text, len(text) - chars)
+            if 0 < front_cut < back_cut:
+                front, back = (
+                    np.asarray(x, dtype=np.int32) for x in _ids(tokenizer, [text[:front_cut], text[back_cut:]])
+                )
+                if len(front) >= window and len(back) >= window:
+                    return cls(front, back, len(front) + len(back), False)
+        ids = np.asarray(_ids(tokenizer, [text])[0] if text else [], dtype=np.int32)
+        return cls(ids, ids, len(ids), True)
+
+
+@dataclass(frozen=True)
+class SharedPrefix:
+    """A prefix tokenized once: `body` (its tokens up to the cut, read from both ends within
+    `window` tokens when long), `tail` (the text after the cut, tokenized again with each input)
+    and `tokens` (the whole prefix's count, no special tokens; a lower bound unless `exact`)."""
+
+    body: Bounded
     tail: str
     tokens: int
 
+    @property
+    def exact(self) -> bool:
+        return self.body.whole
+
     @classmethod
-    def of(cls, tokenizer, text: str) -> "SharedPrefix":
-        cut = _cut(text)
-        head, tail = _ids(tokenizer, [text[:cut], text[cut:]]) if cut else ([], _ids(tokenizer, [text])[0])
-        return cls(np.asarray(head, dtype=np.int32), text[cut:], len(head) + len(tail))
+    def of(cls, tokenizer, text: str, window: Optional[int] = None) -> "SharedPrefix":
+        cut = _cut_before(text, len(text) - 2, TAIL_CHARS)
+        if cut == 0 and len(text) > TAIL_CHARS:
+            cut = len(text)  # no safe cut near the end: joined as is (its last word and the input's stay apart)
+        tail = text[cut:]
+        tail_tokens = len(_ids(tokenizer, [tail])[0]) if tail else 0
+        body = Bounded.of(tokenizer, text[:cut], window)
+        return cls(body, tail, body.tokens + tail_tokens)
 
     def join(
         self, tokenizer, texts: Sequence[str], pre: list[int], post: list[int], max_length: Optional[int], side: str
     ) -> list[np.ndarray]:
         """`pre + tokens(prefix + text) + post` for each text, cut to `max_length` on `side`
-        (None: not cut) without tokenizing the prefix again."""
+        (None: not cut) without tokenizing the prefix again. A prefix read in windows must have
+        been read with window >= max_length (and is always cut: it is longer than that)."""
         room = None if max_length is None else max(0, max_length - len(pre) - len(post))
-        if room is not None and side != "left" and len(self.head) >= room:
-            one = np.concatenate([pre, self.head[:room], post]).astype(np.int32)
+        front, back = self.body.front, self.body.back
+        if room is not None and side != "left" and len(front) >= room:
+            one = np.concatenate([pre, front[:room], post]).astype(np.int32)
             return [one] * len(texts)  # the inputs are cut off whole: nothing of theirs to tokenize
         out = []
         for own in _ids(tokenizer, [self.tail + t for t in texts]):
             own = np.asarray(own, dtype=np.int32)
-            if room is not None and len(self.head) + len(own) > room:
+            if room is not None and self.body.tokens + len(own) > room:
                 if side == "left":
                     keep = room - len(own)
-                    body = (
-                        own[len(own) - room :]
-                        if keep <= 0
-                        else np.concatenate([self.head[len(self.head) - keep :], own])
-                    )
+                    body = own[len(own) - room :] if keep <= 0 else np.concatenate([back[len(back) - keep :], own])
                 else:
-                    body = np.concatenate([self.head, own[: room - len(self.head)]])
+                    body = np.concatenate([front, own[: room - len(front)]])
             else:
-                body = np.concatenate([self.head, own])
+                body = np.concatenate([front, own])
             out.append(np.concatenate([pre, body, post]).astype(np.int32))
         return out
 
 
-def _cut(text: str) -> int:
-    """The start of the last single space between two letters or digits within the last
-    TAIL_CHARS characters (0: none), where every tokenizer's pre-tokenizer splits the same way
-    whatever follows the text."""
-    for i in range(len(text) - 2, max(0, len(text) - TAIL_CHARS) - 1, -1):
+def _cut_before(text: str, pos: int, span: int = 4 * TAIL_CHARS) -> int:
+    """The start of the last single space between two letters or digits at or before `pos` and
+    within `span` characters of it (0: none): there every tokenizer's pre-tokenizer splits the
+    same way whatever comes before or after."""
+    for i in range(min(pos, len(text) - 2), max(0, pos - span) - 1, -1):
         if text[i] == " " and i > 0 and text[i - 1].isalnum() and text[i + 1].isalnum():
             return i
     return 0
@@ -153,19 +187,19 @@ def _cut(text: str) -> int:
 def join_pairs(
     tokenizer,
     layout: SpecialLayout,
-    query: str,
+    query: Bounded,
     documents: Sequence[str],
     max_length: Optional[int],
     side: str,
-    query_ids: Optional[list[int]] = None,
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """(ids, token types) of (query, document) pairs joined by the tokenizer's pair template, the
-    query tokenized once. With `max_length` the document is cut on `side` (as truncation
-    'only_second' does); when the query leaves it no room the whole pair is cut on `side`."""
-    q = np.asarray(query_ids if query_ids is not None else _ids(tokenizer, [query])[0], dtype=np.int32)
+    query tokenized once (read in windows of at least `max_length` tokens when long). With
+    `max_length` the document is cut on `side` (as truncation 'only_second' does); when the
+    query leaves it no room the whole pair is cut on `side`."""
     t_pre, t_a, t_mid, t_b, t_post = layout.types
-    room = None if max_length is None else max_length - len(q) - layout.pair_extra
+    room = None if max_length is None else max_length - query.tokens - layout.pair_extra
     fills = room is not None and room < 1  # the query leaves the document no room: the whole pair is cut
+    q = query.back if fills and side == "left" else query.front  # a long query: only its ends matter
     if fills and side != "left" and len(layout.pair_pre) + len(q) >= max_length:
         # Nothing of the documents is kept: the same ids for each, built once, none tokenized.
         ids = np.concatenate([layout.pair_pre, q])[:max_length].astype(np.int32)
@@ -188,18 +222,29 @@ def join_pairs(
 
 
 def check_shared(
-    what: str, param: str, tokens: int, extra: int, n: int, limit: int, truncate: bool, budget: int, limit_name: str
+    what: str,
+    param: str,
+    tokens: int,
+    extra: int,
+    n: int,
+    limit: int,
+    truncate: bool,
+    budget: int,
+    limit_name: str,
+    exact: bool = True,
 ) -> None:
     """The up-front checks on a shared piece of `tokens` tokens (plus `extra` special / template
     tokens each input carries), before any input is tokenized: without truncation a piece that
     alone fills `limit` is refused once (400); the tokens its copies would carry across `n` inputs
-    (cut at `limit` when truncating) must fit --max-request-tokens (413)."""
+    (cut at `limit` when truncating) must fit --max-request-tokens (413). A piece read in windows
+    (`exact` false) has more than `tokens` tokens, which is more than `limit`."""
     whole = tokens + extra
     if not truncate and whole > limit:
+        least = "" if exact else "at least "  # a long piece is read only as far as it takes to tell
         raise EmbeddingError(
             ErrorKind.INVALID_REQUEST,
-            f"The {what} alone ({tokens} tokens, {whole} with the model's special tokens) is longer than the "
-            f"{limit_name} ({limit} tokens), so every input would be; shorten it or allow truncation.",
+            f"The {what} alone ({least}{tokens} tokens, {least}{whole} with the model's special tokens) is longer "
+            f"than the {limit_name} ({limit} tokens), so every input would be; shorten it or allow truncation.",
             param=param,
         )
     per_input = min(whole, limit) if truncate else whole

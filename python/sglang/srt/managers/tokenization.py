@@ -12,6 +12,7 @@ from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import EmbeddingReqInput
 from sglang.srt.managers.rerank_prompt_tokens import PromptedPairs, check_instruction
 from sglang.srt.managers.shared_inputs import (
+    Bounded,
     SharedPrefix,
     SpecialLayout,
     check_request_tokens,
@@ -124,7 +125,7 @@ class InputTokenizer:
         if prompt:
             prompt = prompt.lower() if self.do_lower_case else prompt
             if joins_by_ids(len(prompt), len(texts)):
-                shared = SharedPrefix.of(self.tokenizer, prompt)
+                shared = SharedPrefix.of(self.tokenizer, prompt, window=max_length)
                 pre, post = self.layout.pre, self.layout.post
                 check_shared(
                     "prompt",
@@ -195,10 +196,10 @@ class InputTokenizer:
         if self.do_lower_case:
             prompt = prompt.lower()
         by_ids = joins_by_ids(len(prompt), len(texts))
-        shared = SharedPrefix.of(self.tokenizer, prompt) if by_ids else None
+        truncate, limit = self._truncates(req), self._max_length(req)
+        shared = SharedPrefix.of(self.tokenizer, prompt, window=limit) if by_ids or len(prompt) > 4096 else None
         tokens = shared.tokens if shared is not None else self._prompt_tokens(prompt)
         pre, post = (self.layout.pre, self.layout.post) if req.add_special_tokens else ([], [])
-        truncate, limit = self._truncates(req), self._max_length(req)
         check_shared(
             "prompt",
             "prompt",
@@ -209,8 +210,9 @@ class InputTokenizer:
             truncate,
             self.max_request_tokens,
             self._limit_name(req),
+            exact=shared is None or shared.exact,
         )
-        if shared is None:
+        if shared is None or (not by_ids and shared.exact):
             return None
         if self.do_lower_case:
             texts = [t.lower() for t in texts]
@@ -333,22 +335,23 @@ class InputTokenizer:
         param = "instruction" if instruction and len(instruction) > len(query) else "query"
         if formatted:  # cross-encoder: the tokenizer's pair template around query and document
             layout = self.layout
-            q_ids = self.tokenizer.encode(query, add_special_tokens=False)
+            q = Bounded.of(self.tokenizer, query, window=limit)
             check_shared(
                 what,
                 param,
-                len(q_ids),
+                q.tokens,
                 layout.pair_extra,
                 n,
                 limit,
                 truncate,
                 self.max_request_tokens,
                 self._limit_name(req),
+                exact=q.whole,
             )
-            if not by_ids:
+            if not by_ids and q.whole:
                 return None
             side = req.truncation_side if req is not None else "right"
-            joined = join_pairs(self.tokenizer, layout, query, docs, limit if truncate else None, side, q_ids)
+            joined = join_pairs(self.tokenizer, layout, q, docs, limit if truncate else None, side)
             out = []
             for i, (ids, tt) in enumerate(joined):
                 ids = self._limit(ids, req, index(i))
@@ -360,20 +363,20 @@ class InputTokenizer:
         prefix, suffix = self.prompted.ends()
         room = self.prompted.room(limit)
         pre, post = self.layout.pre, self.layout.post
-        shared = SharedPrefix.of(self.tokenizer, body) if by_ids else None
-        tokens = shared.tokens if shared is not None else len(self.tokenizer.encode(body, add_special_tokens=False))
+        shared = SharedPrefix.of(self.tokenizer, body, window=room)
         check_shared(
             what,
             param,
-            tokens,
+            shared.tokens,
             len(pre) + len(post) + len(prefix) + len(suffix),
             n,
             limit,
             truncate,
             self.max_request_tokens,
             self._limit_name(req),
+            exact=shared.exact,
         )
-        if shared is None:
+        if not by_ids and shared.exact:
             return None
         joined = shared.join(self.tokenizer, docs, pre, post, room if truncate else None, "right")
         return [
