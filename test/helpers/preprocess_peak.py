@@ -12,13 +12,15 @@ heap given back to the system first, so memory reused from an earlier call canno
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 import json
 import os
 import subprocess
 import sys
-from typing import Optional
+from typing import Callable, Optional, TypeVar
 
+T = TypeVar("T")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -33,6 +35,17 @@ def _trim() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc: nothing to trim
         pass
+
+
+def peak_bytes(fn: Callable[[], T]) -> tuple[T, int]:
+    """fn's result and the rise of this process's resident high-water mark while it ran (over the
+    resident size just before, with the freed heap given back to the system first)."""
+    _trim()
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM to the current resident size
+    before = _status_kb("VmRSS")
+    result = fn()
+    return result, (_status_kb("VmHWM") - before) * 1024
 
 
 def _preprocessor(kind: str, model_dir: str, max_pixels: Optional[int]):
@@ -55,12 +68,7 @@ def _run(spec: dict) -> list[dict]:
     out = []
     for width, height in spec["sizes"]:
         image = gradient_image(width, height)
-        _trim()
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # reset VmHWM to the current resident size
-        before = _status_kb("VmRSS")
-        pixels, _ = images(image)
-        measured = (_status_kb("VmHWM") - before) * 1024
+        (pixels, _), measured = peak_bytes(functools.partial(images, image))
         cost = images.preprocess_cost(height, width)
         out.append({"size": [width, height], "measured": measured, "estimate": cost.nbytes, "pixels": cost.pixels})
         del pixels, image

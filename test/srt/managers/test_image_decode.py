@@ -12,6 +12,7 @@ from sglang.srt.managers.multimodal.image_cost import PreprocessCost
 from sglang.srt.managers.multimodal.image_decode import decode_image, open_image, to_rgb
 from sglang.srt.managers.multimodal.image_errors import ImageLoadError
 from test.helpers.images import blank_png, encode_image, gradient_image, png_claiming_size
+from test.helpers.preprocess_peak import peak_bytes
 
 CAP = 8192 * 8192
 
@@ -42,7 +43,7 @@ def test_jpeg_far_larger_than_the_target_decodes_at_reduced_scale():
     assert full.image.size == (800, 600)
     opened = open_image(jpeg, CAP, _target(50))  # 2x the target is 100: 1/4 scale keeps 200 x 150
     assert opened.image.size == (200, 150) and opened.header_size == (800, 600)
-    assert opened.decode_cost * 16 == full.decode_cost
+    assert opened.decode_cost == 200 * 150 * 8 + 150 * 12 and full.decode_cost == 800 * 600 * 8 + 600 * 12
     small = decode_image(opened)
     assert small.mode == "RGB" and small.size == (200, 150)
     # What the model then sees barely differs from a full decode shrunk the same way.
@@ -146,6 +147,16 @@ def test_aspect_ratio_limit_is_read_from_the_header():
     assert open_image(header_only, CAP).header_size == (1, 200_000)  # no limit given: not checked here
 
 
+def test_decode_cost_counts_transparency_and_rows():
+    """Measured: an opaque image decodes in 8 bytes a pixel and 12 a row (Pillow's row pointers);
+    one with transparency is composited onto white through four more images (22 and 40)."""
+    assert open_image(encode_image(gradient_image(30, 20)), CAP).decode_cost == 30 * 20 * 8 + 20 * 12
+    assert open_image(blank_png(30, 20), CAP).decode_cost == 30 * 20 * 22 + 20 * 40
+    pal = Image.new("P", (30, 20), 1)
+    pal.info["transparency"] = 1
+    assert open_image(encode_image(pal), CAP).decode_cost == 30 * 20 * 22 + 20 * 40
+
+
 def test_decode_cost_counts_what_the_processor_allocates():
     """The reservation is the decoded image plus the processor's working set, computed for the
     size the processor is given (after any reduction)."""
@@ -188,3 +199,20 @@ def test_a_processor_that_refuses_the_size_is_a_load_error():
 def test_aspect_ratio_message_keeps_one_decimal():
     with pytest.raises(ImageLoadError, match=r"aspect ratio of 3.4:1, over the limit of 2.5:1"):
         open_image(encode_image(gradient_image(17, 5)), CAP, max_aspect_ratio=2.5)
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["thin transparent", "thin opaque", "transparent", "opaque"],
+)
+def test_decode_cost_covers_the_measured_peak(name):
+    """The reservation is never short of what decoding really takes (peak RSS of this process)."""
+    data = {
+        "thin transparent": lambda: blank_png(1, 1_000_000),
+        "thin opaque": lambda: encode_image(gradient_image(1, 1_000_000)),
+        "transparent": lambda: encode_image(gradient_image(2000, 2000, mode="RGBA")),
+        "opaque": lambda: encode_image(gradient_image(2000, 2000)),
+    }[name]()
+    opened = open_image(data, CAP)
+    image, peak = peak_bytes(lambda: decode_image(opened))
+    assert image.mode == "RGB" and peak <= opened.decode_cost <= 3 * peak + 4_000_000, (peak, opened.decode_cost)
