@@ -17,6 +17,7 @@ request model, validates it too; FastAPI then finds the finished model and only 
 from __future__ import annotations
 
 import asyncio
+import gc
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
@@ -39,10 +40,24 @@ def json_error(exc: orjson.JSONDecodeError, body: bytes) -> RequestValidationErr
     return RequestValidationError([{**error, "ctx": {"error": detail}}])
 
 
+def loads(body: bytes) -> Any:
+    """orjson.loads with the cyclic garbage collector paused: a body of a million small lists
+    (`{"ids": [[1], [2], ...]}`) set off collections over every object of the process while it
+    was built, 1.9 s holding the GIL (0.12 s paused). JSON values hold no cycles; reference
+    counting frees them."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return orjson.loads(body)
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def parse_body(body: bytes, field: Optional[Any]) -> Any:
     """The JSON value of `body`, validated against FastAPI's body `field` when one is given."""
     try:
-        value = orjson.loads(body)
+        value = loads(body)
     except orjson.JSONDecodeError as e:
         raise json_error(e, body) from None
     if field is None:
@@ -89,6 +104,6 @@ async def read_json(raw: Request) -> Optional[Any]:
     """The parsed body, or None when it is not JSON. orjson, not the json module: a body nested
     thousands of levels deep is a parse error here, not a RecursionError (a 500)."""
     try:
-        return orjson.loads(await raw.body())
+        return loads(await raw.body())
     except (orjson.JSONDecodeError, RecursionError):
         return None

@@ -10,11 +10,13 @@ from typing import Any, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from sglang.srt.configs.model_info import ModelInfo
+from sglang.srt.entrypoints.compat_routes import add_schemas
 from sglang.srt.entrypoints.error_styles import TeiError, tei_empty, tei_style
 from sglang.srt.entrypoints.json_body import read_json
+from sglang.srt.entrypoints.openai.serving_base import check_batch_size
 from sglang.srt.entrypoints.tei.protocol import (
     DecodeRequest,
     EmbedRequest,
@@ -103,8 +105,19 @@ def add_tei_routes(
     async def predict(request: PredictRequest, raw: Request):
         return await serve_task(raw, lambda rid: servings().predict.handle(request, rid))
 
-    @app.post("/decode", responses={200: {"model": list[str]}, **errors})
-    async def decode_route(request: DecodeRequest):
+    @app.post(
+        "/decode",
+        responses={200: {"model": list[str]}, **errors},
+        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": DECODE_SCHEMA}}}},
+    )
+    async def decode_route(raw: Request):
+        # Read by hand: the count is checked before a million id lists are validated.
+        body = await read_json(raw)
+        if not isinstance(body, dict):
+            raise TeiError("The request body must be a JSON object.", 422, "Validation")
+        if isinstance(body.get("ids"), list):
+            check_batch_size(len(body["ids"]), server_args, "ids")
+        request = tei_validate(DecodeRequest, body, "decode")
         ids = request.ids
         if not ids:
             raise tei_empty("ids")
@@ -143,12 +156,22 @@ def add_tei_routes(
             kind, model, serving = "predict", PredictRequest, lambda: servings().predict
         else:
             kind, model, serving = "embed", EmbedRequest, lambda: servings().embed
-        try:
-            request = model.model_validate(body)
-        except ValidationError as e:
-            first = e.errors()[0] if e.errors() else {}
-            where = ".".join(str(x) for x in first.get("loc", ())) or "body"
-            raise TeiError(
-                f"Invalid {kind} request: {where}: {first.get('msg', 'invalid value')}", 422, "Validation"
-            ) from None
+        request = tei_validate(model, body, kind)
         return await serve_task(raw, lambda rid: serving().handle(request, rid))
+
+    add_schemas(app, DecodeRequest)
+
+
+DECODE_SCHEMA = {"$ref": "#/components/schemas/DecodeRequest"}
+
+
+def tei_validate(model: type[BaseModel], body: dict, kind: str) -> Any:
+    """`body` as `model`, or TEI's 422 naming the first invalid field."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as e:
+        first = e.errors()[0] if e.errors() else {}
+        where = ".".join(str(x) for x in first.get("loc", ())) or "body"
+        raise TeiError(
+            f"Invalid {kind} request: {where}: {first.get('msg', 'invalid value')}", 422, "Validation"
+        ) from None
