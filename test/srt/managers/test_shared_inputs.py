@@ -213,7 +213,7 @@ def test_work_chars_counts_the_shared_piece_per_input():
     pairs = [("q" * 1000, "doc")] * 10
     assert work_chars(EmbeddingReqInput(text_pairs=pairs)) == 30 + 10 * 1000
     assert work_chars(EmbeddingReqInput(text_pairs=pairs, instruction="i" * 50)) == 30 + 10 * 1050
-    assert work_chars(EmbeddingReqInput(text_pairs=[("x", "d"), ("yy", "d")])) == 2  # no shared query
+    assert work_chars(EmbeddingReqInput(text_pairs=[("x", "d"), ("yy", "d")])) == 5  # no shared query: each its own
     assert work_chars(EmbeddingReqInput(input_ids=[[1, 2, 3]])) == 3
 
 

@@ -29,15 +29,18 @@ WINDOW_CHARS_PER_TOKEN = 8  # a long shared piece is read this many characters p
 PROBE = ("hello", "world")  # texts that probe a tokenizer's special-token layout
 
 
+def shares_query(pairs: Sequence[tuple[str, str]]) -> bool:
+    """Whether every pair has the same query (a rerank request's)."""
+    return all(q is pairs[0][0] or q == pairs[0][0] for q, _ in pairs)
+
+
 def shared_text(req: EmbeddingReqInput) -> str:
     """The longest text this request repeats for each input (empty when none)."""
     if req.text is not None and req.prompt:
         return req.prompt
     if req.text_pairs:
-        query = req.text_pairs[0][0]
-        if all(q is query or q == query for q, _ in req.text_pairs):
-            return query + (req.instruction or "")
-        return req.instruction or ""
+        query = req.text_pairs[0][0] if shares_query(req.text_pairs) else ""
+        return query + (req.instruction or "")
     return ""
 
 
@@ -47,8 +50,10 @@ def work_chars(req: EmbeddingReqInput) -> int:
     total = sum(len(t) for t in req.text) if req.text is not None else 0
     if req.input_ids is not None:
         total += sum(len(ids) for ids in req.input_ids)
-    if req.text_pairs is not None:
+    if req.text_pairs:
         total += sum(len(d) for _, d in req.text_pairs)
+        if not shares_query(req.text_pairs):
+            total += sum(len(q) for q, _ in req.text_pairs)
     return total + len(shared_text(req)) * req.batch_size
 
 

@@ -19,6 +19,7 @@ from sglang.srt.managers.shared_inputs import (
     check_shared,
     join_pairs,
     joins_by_ids,
+    shares_query,
 )
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.hf_tokenizer import load_tokenizer
@@ -280,7 +281,7 @@ class InputTokenizer:
                         param=param,
                     )
         queries, docs = [p[0] for p in pairs], [p[1] for p in pairs]
-        shared = all(q is queries[0] or q == queries[0] for q in queries)
+        shared = shares_query(pairs)
         if self.do_lower_case:
             docs = [d.lower() for d in docs]
             queries = [queries[0].lower()] * len(queries) if shared else [q.lower() for q in queries]
