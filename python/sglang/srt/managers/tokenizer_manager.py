@@ -167,9 +167,8 @@ class TokenizerManager:
             prepared = await self.multimodal.prepare(req.items)
             tokenized = [(p.input_ids, None) for p in prepared]
         else:
-            tokenize = self.input_tokenizer.tokenize
-            if self.colbert_inputs_for(req) is not None:  # ColBERT markers, lengths and query expansion
-                tokenize = self._colbert_tokenize
+            colbert = self.colbert_inputs_for(req) is not None  # ColBERT markers, lengths and query expansion
+            tokenize = self._colbert_tokenize if colbert else self.input_tokenizer.tokenize
             if work_chars(req) > INLINE_TOKENIZE_CHARS:
                 # Megabytes of text take the tokenizer seconds; the Rust tokenizer releases the GIL,
                 # so a worker thread keeps the event loop (every other request, /health) responsive.
@@ -178,7 +177,7 @@ class TokenizerManager:
                 tokenized = await asyncio.get_running_loop().run_in_executor(None, tokenize, req)
             else:
                 tokenized = tokenize(req)
-            if tokenize is not self.input_tokenizer.tokenize:
+            if colbert:
                 tokenized, key_lens = [(ids, None) for ids, _ in tokenized], [k for _, k in tokenized]
         if req.token_output is not None:  # per-token answers: refused here when too large, before any compute
             sizes = [len(ids) for ids, _ in tokenized]
