@@ -160,3 +160,27 @@ def test_large_allowed_embed_all_keeps_the_http_process_small(server):
     after = _rss_mb(pid)
     assert size > 50e6
     assert peak[0] - base < 300 and after - base < 100, (base, peak[0], after)
+
+
+def test_multi_vector_embeddings_are_sized_in_their_answer_format(tmp_path):
+    """ColBERT rows on /v1/embeddings: JSON over the limit is 413 before any forward pass, the same
+    request as base64 (~2.4x smaller) is answered."""
+    from test.helpers.tiny_encoders import COLBERT_DIM, build_tiny_stanford_colbert
+
+    limit = 50_000
+    model = build_tiny_stanford_colbert(str(tmp_path / "colbert"))
+    with ServerProcess("--model-path", model, "--max-response-bytes", str(limit), "--cpu-threads", "1") as s:
+        one = _post(s, "/v1/embeddings", {"input": "word " * 50}).json()["data"][0]
+        tokens = len(one["token_ids"])  # per document, as the checkpoint's own length rules make it
+        n = int(1.5 * limit / (tokens * (COLBERT_DIM * 13 + 10))) + 1  # JSON ~1.5x the limit
+        docs = ["word " * 50] * n
+        before = _forwards(s)
+        t0 = time.monotonic()
+        r = _post(s, "/v1/embeddings", {"input": docs})
+        assert r.status_code == 413 and time.monotonic() - t0 < 1.0, r.text[:300]
+        err = r.json()["error"]
+        assert "--max-response-bytes" in err["message"] and "base64" in err["message"], err
+        assert _forwards(s) == before
+        ok = _post(s, "/v1/embeddings", {"input": docs, "encoding_format": "base64"})
+        assert ok.status_code == 200 and len(ok.content) < limit, ok.text[:300]
+        assert len(ok.json()["data"]) == n and len(ok.json()["data"][0]["token_ids"]) == tokens
