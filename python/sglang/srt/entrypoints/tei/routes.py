@@ -113,6 +113,8 @@ def add_tei_routes(
     async def decode_route(raw: Request):
         # Read by hand: the count is checked before a million id lists are validated.
         body = await read_json(raw)
+        if body is None:
+            raise TeiError("The request body is not valid JSON.", 422, "Validation")
         if not isinstance(body, dict):
             raise TeiError("The request body must be a JSON object.", 422, "Validation")
         if isinstance(body.get("ids"), list):
