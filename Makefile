@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 30000
 
-.PHONY: install serve lint test test-fast system-deps clean
+.PHONY: install serve lint test test-fast system-deps clean gpu-bundle gpu-rehearsal
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +63,19 @@ system-deps:
 	        echo "warning: nginx is missing; the fleet tests need it: sudo apt-get install -y nginx-light"; \
 	    fi; \
 	fi
+
+# The GPU check (docs/gpu.md "Checking a GPU machine"), not part of `make test`: gpu-bundle builds
+# the bundle a GPU machine without network runs from; gpu-rehearsal runs that check here on the CPU
+# in a Python 3.12 environment mirroring the GPU image (about 4 GB, built once) and prints
+# $(GPU_BUNDLE)/rehearsal.json.
+GPU_BUNDLE ?= .gpu-bundle
+REHEARSAL_VENV ?= $(HOME)/.cache/sglang-gpu-rehearsal-venv
+gpu-bundle: $(STAMP)
+	bash benchmark/prepare_gpu_assets.sh $(GPU_BUNDLE)
+
+gpu-rehearsal: gpu-bundle
+	bash benchmark/rehearsal_env.sh $(REHEARSAL_VENV)
+	PYTHON=$(REHEARSAL_VENV)/bin/python bash benchmark/gpu_check.sh --rehearse $(GPU_BUNDLE)
 
 clean:
 	rm -rf $(VENV) build python/*.egg-info
