@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -12,8 +13,9 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from test.helpers.procs import wait_for  # noqa: F401  (the probes' one poll loop, shared with the tests)
 
@@ -160,3 +162,45 @@ def start_server(flags: list[str]) -> tuple[subprocess.Popen, int, str]:
             time.sleep(0.3)
     proc.kill()
     raise SystemExit(f"the server did not become healthy; see {log}")
+
+
+def record_numbers(ctx: Optional[object], area: str, results: list[Result]) -> list[Result]:
+    """The runner's hook's last step in an area that starts its own servers: every result's detail
+    goes to ctx.numbers as "<area>: <probe>" (when ctx has numbers); returns `results`."""
+    numbers = getattr(ctx, "numbers", None)
+    if isinstance(numbers, dict):
+        for r in results:
+            numbers[f"{area}: {r.probe}"] = r.detail
+    return results
+
+
+def report(results: list[Result], notes: tuple[str, ...] | list[str] = ()) -> int:
+    """Print one line a result, then `notes`, then tried / failed, for an area run alone; its exit
+    status (1 when a probe failed)."""
+    for r in results:
+        print(f"{'ok  ' if r.ok else 'FAIL'}  {r.probe}: {r.detail}")
+    for note in notes:
+        print(note)
+    failed = sum(not r.ok for r in results)
+    print(f"tried {len(results)}, failed {failed}")
+    return 1 if failed else 0
+
+
+@contextmanager
+def own_server(flags: list[str]) -> Iterator[tuple[subprocess.Popen, int, str]]:
+    """`start_server(flags)` for an area that stops or kills its server: (process, port, log path);
+    the process group is SIGKILLed on the way out if the server still runs."""
+    proc, port, log = start_server(flags)
+    try:
+        yield proc, port, log
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def exit_code(proc: subprocess.Popen, timeout: float) -> Optional[int]:
+    """The process's exit status within `timeout` seconds, or None when it still runs."""
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        return None

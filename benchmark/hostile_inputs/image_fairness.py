@@ -28,6 +28,7 @@ import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Optional
 
 import numpy as np
@@ -36,7 +37,8 @@ from PIL import Image
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from benchmark.hostile_inputs.images import Result, post, rss_mb  # noqa: E402
+from benchmark.hostile_inputs.common import Recorder, Result, record_numbers, report  # noqa: E402
+from benchmark.hostile_inputs.images import post, rss_mb  # noqa: E402
 from test.helpers.images import ImageServer, encode_image, gradient_image  # noqa: E402
 from test.helpers.server import ServerProcess  # noqa: E402
 from test.helpers.tiny_models import build_tiny_gme  # noqa: E402
@@ -132,26 +134,17 @@ def run_probes(runs: int = 4, baseline: Optional[str] = None) -> list[Result]:
         args += ["--log-level", "warning", "--mm-allow-private-urls", "--mm-allowed-url-hosts", "127.0.0.1"]
         args += ["--mm-image-timeout", str(FETCH_TIMEOUT), "--mm-fetch-concurrency", "8"]
         args += ["--mm-max-bytes-in-flight", str(BUDGET)]
-        results = []
+        rec = Recorder(AREA)
         with ServerProcess(*args, env=env) as server:
             post(server.base_url, [{"image": host.url("/cat.png")}])  # warm: the first image starts the pools
             for name, probe in (("memory_admission", memory_admission), ("fetch_fairness", fetch_fairness)):
-                try:
-                    ok, detail = probe(server, host, runs)
-                except Exception as e:  # a probe that crashes is a failed probe, not a crashed run
-                    ok, detail = False, f"{type(e).__name__}: {e}"
-                results.append(Result(AREA, label + name, ok, detail))
-    return results
+                rec.attempt(label + name, partial(probe, server, host, runs))
+    return rec.results
 
 
 def run(ctx: Optional[object] = None) -> list[Result]:
     """The runner's hook: this area's results (measurements go to ctx.numbers when it has them)."""
-    results = run_probes()
-    numbers = getattr(ctx, "numbers", None)
-    if isinstance(numbers, dict):
-        for r in results:
-            numbers[f"{AREA}: {r.probe}"] = r.detail
-    return results
+    return record_numbers(ctx, AREA, run_probes())
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -169,11 +162,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     results = run_probes(args.runs)
     if args.baseline:
         results += run_probes(args.runs, args.baseline)
-    for r in results:
-        print(f"{'ok  ' if r.ok else 'FAIL'}  {r.probe}: {r.detail}")
-    failed = sum(not r.ok for r in results)
-    print(f"tried {len(results)}, failed {failed}")
-    return 1 if failed else 0
+    return report(results)
 
 
 if __name__ == "__main__":

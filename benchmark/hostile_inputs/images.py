@@ -30,6 +30,7 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, Optional
 
 import numpy as np
@@ -38,6 +39,7 @@ from PIL import Image
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
+from benchmark.hostile_inputs.common import Recorder, Result, record_numbers, report  # noqa: E402
 from test.helpers.images import (  # noqa: E402
     HOSTILE_IMAGE_STRINGS,
     ImageServer,
@@ -48,18 +50,6 @@ from test.helpers.images import (  # noqa: E402
 )
 from test.helpers.server import ServerProcess  # noqa: E402
 from test.helpers.tiny_models import build_tiny_gme  # noqa: E402
-
-try:  # the runner's result type, when the runner is there
-    from benchmark.hostile_inputs.common import Result  # type: ignore
-except ImportError:
-
-    @dataclass
-    class Result:  # type: ignore[no-redef]
-        area: str
-        probe: str
-        ok: bool
-        detail: str = ""
-
 
 AREA = "images"
 URL_FAILED = "could not load the image URL (the server log has the reason)"
@@ -270,14 +260,10 @@ def run_probes(memory: bool = False, baseline: Optional[str] = None) -> tuple[li
         routes = {"/cat.png": PNG, "/drip.png": ("drip", 0.5, 100_000), "/gone.png": 404, "/text": b"not pixels"}
         with ImageServer(routes) as host:
             servers = start_servers(gme_dir, media, host)
-            results = []
+            rec = Recorder(AREA)
             try:
                 for name, probe in PROBES:
-                    try:
-                        ok, detail = probe(servers)
-                    except Exception as e:  # a probe that crashes is a failed probe, not a crashed run
-                        ok, detail = False, f"{type(e).__name__}: {e}"
-                    results.append(Result(AREA, name, ok, detail))
+                    rec.attempt(name, partial(probe, servers))
             finally:
                 servers.default.stop()
                 servers.open.stop()
@@ -285,17 +271,13 @@ def run_probes(memory: bool = False, baseline: Optional[str] = None) -> tuple[li
             notes += memory_probe(gme_dir)
             if baseline:
                 notes += memory_probe(gme_dir, baseline)
-    return results, notes
+    return rec.results, notes
 
 
 def run(ctx: Optional[object] = None) -> list[Result]:
     """The runner's hook: this area's results (measurements go to ctx.numbers when it has them)."""
     results, notes = run_probes(memory=False)
-    numbers = getattr(ctx, "numbers", None)
-    if isinstance(numbers, dict):
-        for r in results:
-            numbers[f"images: {r.probe}"] = r.detail
-    return results
+    return record_numbers(ctx, AREA, results)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -312,13 +294,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     print(cpu_line())
     results, notes = run_probes(memory=args.memory, baseline=args.baseline)
-    for r in results:
-        print(f"{'ok  ' if r.ok else 'FAIL'}  {r.probe}: {r.detail}")
-    for note in notes:
-        print(note)
-    failed = sum(not r.ok for r in results)
-    print(f"tried {len(results)}, failed {failed}")
-    return 1 if failed else 0
+    return report(results, notes)
 
 
 if __name__ == "__main__":

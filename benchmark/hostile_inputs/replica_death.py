@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 
-from benchmark.hostile_inputs.common import Context, Recorder, start_server
+from benchmark.hostile_inputs.common import Context, Recorder, exit_code, own_server
 
 DESTRUCTIVE = True  # kills a process: runs last, on a server of its own
 LONG = "the quick brown fox jumps over the lazy dog " * 25
@@ -66,28 +66,23 @@ def run(ctx: Context) -> list:
     if ctx.proc is None:
         rec.skip("dp replica SIGKILL: every received request answered (starts its own server)", "--url given")
         return rec.results
-    proc, port, log = start_server(["--dp-size", "2", "--max-batch-size", "8"])
     results: list = []
     kill: list = []
-    threads = [threading.Thread(target=_client, args=(port, i, kill, results)) for i in range(CLIENTS)]
     code = None
-    try:
-        victim = _replica_pid(proc.pid, "sglang-sched-1")
-        for t in threads:
-            t.start()
-        time.sleep(3.0)
-        kill.append(time.monotonic())
-        os.kill(victim, signal.SIGKILL)
+    with own_server(["--dp-size", "2", "--max-batch-size", "8"]) as (proc, port, log):
+        threads = [threading.Thread(target=_client, args=(port, i, kill, results)) for i in range(CLIENTS)]
         try:
-            code = proc.wait(30)
-        except subprocess.TimeoutExpired:
-            code = None
-        ctx.numbers["replica: exit after the SIGKILL (s)"] = round(time.monotonic() - kill[0], 2)
-    finally:
-        for t in threads:
-            t.join(60)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            victim = _replica_pid(proc.pid, "sglang-sched-1")
+            for t in threads:
+                t.start()
+            time.sleep(3.0)
+            kill.append(time.monotonic())
+            os.kill(victim, signal.SIGKILL)
+            code = exit_code(proc, 30)
+            ctx.numbers["replica: exit after the SIGKILL (s)"] = round(time.monotonic() - kill[0], 2)
+        finally:
+            for t in threads:
+                t.join(60)
     k = kill[0] if kill else float("inf")
     in_flight = [(t1 - k, o, why) for t0, t1, o, why in results if t0 < k < t1]
     outcomes = collections.Counter(o for _, _, o, _ in results)

@@ -5,12 +5,10 @@ no ZMQError and no ERROR line. Starts a server of its own (the shared one is lef
 from __future__ import annotations
 
 import concurrent.futures as cf
-import os
 import signal
-import subprocess
 import time
 
-from benchmark.hostile_inputs.common import Context, Recorder, post_json, start_server
+from benchmark.hostile_inputs.common import Context, Recorder, exit_code, own_server, post_json
 
 LONG = "the quick brown fox jumps over the lazy dog " * 25
 NOISE = ("Traceback", "ZMQError", "Future exception was never retrieved", "] ERROR ", "] CRITICAL ")
@@ -21,30 +19,23 @@ def run(ctx: Context) -> list:
     if ctx.proc is None:
         rec.skip("quiet shutdown after --graceful-timeout (starts its own server)", "--url given")
         return rec.results
-    proc, port, log = start_server(["--graceful-timeout", "1", "--max-batch-size", "4"])
-    own = Context(base_url=f"http://127.0.0.1:{port}", port=port, proc=proc, log_path=log)
+    with own_server(["--graceful-timeout", "1", "--max-batch-size", "4"]) as (proc, port, log):
+        own = Context(base_url=f"http://127.0.0.1:{port}", port=port, proc=proc, log_path=log)
 
-    def one(_: int):
-        try:
-            return post_json(own, "/v1/embeddings", {"input": [LONG] * 64}, timeout=60)[0]
-        except Exception as e:  # the connection closed under it: no answer
-            return type(e).__name__
+        def one(_: int):
+            try:
+                return post_json(own, "/v1/embeddings", {"input": [LONG] * 64}, timeout=60)[0]
+            except Exception as e:  # the connection closed under it: no answer
+                return type(e).__name__
 
-    try:
         with cf.ThreadPoolExecutor(6) as pool:
             futures = [pool.submit(one, i) for i in range(6)]
             time.sleep(0.8)
             t0 = time.monotonic()
             proc.send_signal(signal.SIGTERM)
             codes = [f.result() for f in futures]
-        try:
-            code = proc.wait(30)
-        except subprocess.TimeoutExpired:
-            code = None
+        code = exit_code(proc, 30)
         ctx.numbers["exit after SIGTERM with --graceful-timeout 1 (s)"] = round(time.monotonic() - t0, 2)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
     rec.check("requests cut by --graceful-timeout are answered 503", 503 in codes, str(codes))
     rec.check("server exits 0 after the graceful timeout", code == 0, f"exit {code}")
     text = open(log, errors="replace").read()

@@ -30,7 +30,8 @@ from typing import Optional
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from benchmark.hostile_inputs.images import Result, post  # noqa: E402
+from benchmark.hostile_inputs.common import Result, record_numbers, report  # noqa: E402
+from benchmark.hostile_inputs.images import post  # noqa: E402
 from test.helpers.images import blank_png, data_uri, encode_image, gradient_image  # noqa: E402
 from test.helpers.server import ServerProcess  # noqa: E402
 from test.helpers.tiny_image_text import build_tiny_clip  # noqa: E402
@@ -111,12 +112,7 @@ def run_probes(baseline: Optional[str] = None) -> list[Result]:
 
 def run(ctx: Optional[object] = None) -> list[Result]:
     """The runner's hook: this area's results (their details go to ctx.numbers when it has them)."""
-    results = run_probes()
-    numbers = getattr(ctx, "numbers", None)
-    if isinstance(numbers, dict):
-        for r in results:
-            numbers[f"{AREA}: {r.probe}"] = r.detail
-    return results
+    return record_numbers(ctx, AREA, run_probes())
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -125,12 +121,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--baseline", metavar="DIR", help="also serve this python/ directory of older code")
     args = parser.parse_args(argv)
-    results = run_probes(args.baseline)
-    for r in results:
-        print(f"{'ok  ' if r.ok else 'FAIL'}  {r.probe}: {r.detail}")
-    failed = sum(not r.ok for r in results)
-    print(f"tried {len(results)}, failed {failed}")
-    return 1 if failed else 0
+    return report(run_probes(args.baseline))
 
 
 if __name__ == "__main__":
