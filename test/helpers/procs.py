@@ -19,6 +19,18 @@ def running(pids: list[int]) -> list[int]:
     return [p for p in pids if is_running(p)]
 
 
+def pids_by_name(pids: list[int]) -> dict[str, int]:
+    """{process name (/proc/PID/comm): PID} of `pids`, skipping any that has exited."""
+    out = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                out[f.read().strip()] = pid
+        except FileNotFoundError:
+            pass
+    return out
+
+
 def wait_for(cond: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
     """Poll `cond` until it holds or `timeout` seconds pass; returns its last value."""
     deadline = time.monotonic() + timeout

@@ -151,6 +151,15 @@ def build_tiny_siglip(out_dir: str, seed: int = 0, version: int = 1) -> str:
 
 
 # ----- the reference -----
+def build_tiny_towers(root: str) -> dict[str, str]:
+    """A tiny random CLIP, SigLIP and SigLIP 2 under `root`: {"clip" | "siglip" | "siglip2": model dir}."""
+    return {
+        "clip": build_tiny_clip(os.path.join(root, "clip")),
+        "siglip": build_tiny_siglip(os.path.join(root, "siglip")),
+        "siglip2": build_tiny_siglip(os.path.join(root, "siglip2"), version=2),
+    }
+
+
 def load_reference(model_dir: str):
     from transformers import AutoImageProcessor, AutoModel, AutoTokenizer
 

@@ -14,7 +14,7 @@ import pytest
 import requests
 
 from test.helpers.kill_load import KillLoad
-from test.helpers.procs import running, wait_for
+from test.helpers.procs import pids_by_name, running, wait_for
 from test.helpers.prom import parse, value
 from test.helpers.server import ServerProcess
 from test.helpers.texts import load_texts
@@ -27,17 +27,6 @@ LONG = "the quick brown fox jumps over the lazy dog " * 25  # ~226 tokens
 def dp_server():
     with ServerProcess("--dp-size", "2", "--max-batch-size", "8", "--graceful-timeout", "30") as s:
         yield s
-
-
-def _pids_by_name(server: ServerProcess) -> dict[str, int]:
-    out = {}
-    for pid in server.children():
-        try:
-            with open(f"/proc/{pid}/comm") as f:
-                out[f.read().strip()] = pid
-        except FileNotFoundError:
-            pass
-    return out
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -72,7 +61,7 @@ def test_each_replica_runs_on_its_own_cores_with_that_many_threads(dp_server):
     for replica in info["replicas"]:
         assert replica["device"] == "cpu" and replica["cpu_threads"] == len(replica["cpu_cores"])
     # The operating system agrees: each replica process may only run on its own cores.
-    pids = _pids_by_name(dp_server)
+    pids = pids_by_name(dp_server.children())
     assert _allowed_cores(pids["sglang-sched-0"]) == cores[0]
     assert _allowed_cores(pids["sglang-sched-1"]) == cores[1]
     log = dp_server.log()
@@ -121,7 +110,7 @@ def test_concurrent_clients_keep_both_replicas_busy(dp_server):
 
 def test_a_hung_replica_gets_no_new_work_under_shortest_queue(dp_server):
     """A stopped replica holds what it has; every later request goes to the other and is answered."""
-    hung = _pids_by_name(dp_server)["sglang-sched-1"]
+    hung = pids_by_name(dp_server.children())["sglang-sched-1"]
     os.kill(hung, signal.SIGSTOP)
     try:
         with cf.ThreadPoolExecutor(4) as pool:
@@ -173,7 +162,7 @@ def test_zz_sigterm_drains_every_replica_then_exits_0(dp_server):
 
 def test_two_workers_use_both_replicas_and_a_dead_replica_fails_requests_fast_then_exits_1():
     s = ServerProcess("--dp-size", "2", "--tokenizer-worker-num", "2", "--max-batch-size", "4")
-    pids = _pids_by_name(s)
+    pids = pids_by_name(s.children())
     replicas = [pids["sglang-sched-0"], pids["sglang-sched-1"]]
     children = s.children()
     cpu_before = [_cpu_seconds(p) for p in replicas]

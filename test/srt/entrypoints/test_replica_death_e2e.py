@@ -14,7 +14,7 @@ import time
 import pytest
 import requests
 
-from test.helpers.procs import running, wait_for
+from test.helpers.procs import pids_by_name, running, wait_for
 from test.helpers.server import ServerProcess
 
 pytestmark = pytest.mark.slow
@@ -69,21 +69,10 @@ class Clients:
             t.join(60)
 
 
-def _pids_by_name(server: ServerProcess) -> dict[str, int]:
-    out = {}
-    for pid in server.children():
-        try:
-            with open(f"/proc/{pid}/comm") as f:
-                out[f.read().strip()] = pid
-        except FileNotFoundError:
-            pass
-    return out
-
-
 def test_a_replica_sigkilled_under_32_clients_answers_every_request_before_exit_1():
     s = ServerProcess("--dp-size", "2", "--max-batch-size", "8")
     children = s.children()
-    victim = _pids_by_name(s)["sglang-sched-1"]
+    victim = pids_by_name(s.children())["sglang-sched-1"]
     clients = Clients(s.base_url)
     clients.start()
     try:

@@ -12,7 +12,7 @@ from sglang.srt.managers.multimodal.image_loader import preprocess_cost_of
 from sglang.srt.managers.multimodal.processors import Qwen2VLImages
 from sglang.srt.managers.multimodal.tower_images import TowerImages
 from test.helpers.preprocess_peak import measure
-from test.helpers.tiny_image_text import build_tiny_clip, build_tiny_siglip
+from test.helpers.tiny_image_text import build_tiny_towers
 
 pytestmark = pytest.mark.slow  # builds models; measures in subprocesses
 
@@ -21,13 +21,7 @@ MB = 1024 * 1024
 
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory, gme_dir) -> dict[str, str]:
-    root = tmp_path_factory.mktemp("towers")
-    return {
-        "clip": build_tiny_clip(str(root / "clip")),
-        "siglip": build_tiny_siglip(str(root / "siglip")),
-        "siglip2": build_tiny_siglip(str(root / "siglip2"), version=2),
-        "qwen2vl": gme_dir,
-    }
+    return {**build_tiny_towers(str(tmp_path_factory.mktemp("towers"))), "qwen2vl": gme_dir}
 
 
 def _tower(path: str, kind: str) -> TowerImages:

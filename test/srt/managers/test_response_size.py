@@ -6,7 +6,6 @@ import asyncio
 
 import numpy as np
 import pytest
-import zmq
 
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.layers.token_outputs import TOKENS_DOCUMENT, TOKENS_HIDDEN
@@ -21,7 +20,6 @@ from sglang.srt.managers.response_size import (
 from sglang.srt.managers.token_render import render_token_row
 from sglang.srt.managers.tokenizer_manager import TokenizerManager
 from sglang.srt.server_args import ServerArgs
-from sglang.srt.utils.network import PortArgs, make_socket
 from test.helpers.model_info import make_model_info
 
 INFO = make_model_info(hidden_size=384, multi_vector_dim=128)
@@ -82,16 +80,6 @@ def test_check_uses_the_answer_format_and_skips_in_process_rows():
     check_per_token_size(_req(kind=None), counts, INFO, 1)  # pooled: not per-token
     # ColBERT rows are 128 wide, not the hidden size: the same request fits.
     check_per_token_size(_req(kind=TOKENS_DOCUMENT), [254] * 128, INFO, 64 << 20)
-
-
-@pytest.fixture
-def harness():
-    port_args = PortArgs.create()
-    ctx = zmq.Context()
-    sched = make_socket(ctx, zmq.PULL, port_args.scheduler_input, bind=True)
-    yield port_args, ctx, sched
-    ctx.destroy(linger=0)
-    port_args.cleanup()
 
 
 def test_tokenizer_manager_refuses_before_sending_to_the_scheduler(harness, hf_tokenizer):

@@ -18,7 +18,7 @@ from sglang.srt.managers.multimodal.processors import Qwen2VLImages
 from sglang.srt.managers.multimodal.tower_images import TowerImages
 from sglang.srt.server_args import ServerArgs
 from test.helpers.images import blank_png, data_uri, encode_image, gradient_image
-from test.helpers.tiny_image_text import build_tiny_clip, build_tiny_siglip
+from test.helpers.tiny_image_text import build_tiny_towers
 
 pytestmark = pytest.mark.slow  # builds models
 
@@ -29,13 +29,7 @@ LIMIT = "an aspect ratio of 200000:1, over the limit of 200:1 (--mm-max-aspect-r
 
 @pytest.fixture(scope="module")
 def dirs(tmp_path_factory, gme_dir) -> dict[str, str]:
-    root = tmp_path_factory.mktemp("towers")
-    return {
-        "clip": build_tiny_clip(str(root / "clip")),
-        "siglip": build_tiny_siglip(str(root / "siglip")),
-        "siglip2": build_tiny_siglip(str(root / "siglip2"), version=2),
-        "gme": gme_dir,
-    }
+    return {**build_tiny_towers(str(tmp_path_factory.mktemp("towers"))), "gme": gme_dir}
 
 
 def _loader(dirs, kind: str, **flags) -> ImageLoader:

@@ -17,20 +17,10 @@ from sglang.srt.managers.io_struct import (
 from sglang.srt.managers.tokenizer_manager import TokenizerManager
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.msgcodec import decode, encode
-from sglang.srt.utils.network import PortArgs, make_socket
+from sglang.srt.utils.network import make_socket
 from test.helpers.model_info import make_model_info
 
 INFO = make_model_info(max_input_length=256, vocab_size=30522)
-
-
-@pytest.fixture
-def harness():
-    port_args = PortArgs.create()
-    ctx = zmq.Context()
-    sched = make_socket(ctx, zmq.PULL, port_args.scheduler_input, bind=True)
-    yield port_args, ctx, sched
-    ctx.destroy(linger=0)
-    port_args.cleanup()
 
 
 def _recv(sock, timeout_ms=5000):

@@ -6,31 +6,19 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-import zmq
 
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import EmbeddingReqInput
 from sglang.srt.managers.tokenizer_manager import INLINE_TOKENIZE_CHARS, TokenizerManager
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.msgcodec import decode
-from sglang.srt.utils.network import PortArgs, make_socket
 from test.helpers.model_info import make_model_info
 
 INFO = make_model_info(max_input_length=256, vocab_size=30522, pair_token_types=True)
 
 
-@pytest.fixture
-def harness():
-    port_args = PortArgs.create()
-    ctx = zmq.Context()
-    sched = make_socket(ctx, zmq.PULL, port_args.scheduler_input, bind=True)
-    yield port_args, sched
-    ctx.destroy(linger=0)
-    port_args.cleanup()
-
-
 def test_pairs_reach_the_scheduler_with_their_token_types(harness, hf_tokenizer):
-    port_args, sched = harness
+    port_args, _, sched = harness
 
     async def scenario():
         tm = TokenizerManager(ServerArgs(), port_args, INFO, tokenizer=hf_tokenizer)
@@ -52,7 +40,7 @@ def test_pairs_reach_the_scheduler_with_their_token_types(harness, hf_tokenizer)
 
 
 def test_a_huge_prompt_counts_per_input_and_goes_off_the_loop(harness, hf_tokenizer, monkeypatch):
-    port_args, _ = harness
+    port_args, _, _ = harness
     prompt = "word " * 2000  # 10,000 characters: under the inline size alone, 1.28 M characters over 128 inputs
     assert len(prompt) + 128 < INLINE_TOKENIZE_CHARS
     seen = []
