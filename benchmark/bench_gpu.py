@@ -209,7 +209,7 @@ def targets(rows: list[dict]) -> dict:
     return out
 
 
-def main_bench(out_dir: str, device: str, small: bool) -> int:
+def main_bench(out_dir: str, device: str, small: bool, models_dir: Optional[str]) -> int:
     from gpu_parity import build_random, graph_runners
 
     from sglang.srt.model_executor.model_runner import ModelRunner
@@ -219,7 +219,7 @@ def main_bench(out_dir: str, device: str, small: bool) -> int:
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu (rehearsal)"
     result: dict = {"device": name, "torch": torch.__version__, "rows": [], "errors": {}, "memory_after_capture": {}}
-    tmp = tempfile.mkdtemp(prefix="bench-gpu-")
+    tmp = models_dir or tempfile.mkdtemp(prefix="bench-gpu-")
     max_tokens = 4096 if device == "cuda" else 256
 
     def run(label: str, path: str, **extra) -> None:
@@ -251,8 +251,12 @@ def main_bench(out_dir: str, device: str, small: bool) -> int:
             print(f"{label}: FAILED: {result['errors'][label]}", flush=True)
 
     run("all-MiniLM-L6", default_model_path())
-    run("bert-base-shape", build_bert_base(os.path.join(tmp, "bert"), small))
-    run("qwen3-0.6b-shape", build_random("qwen3", os.path.join(tmp, "qwen3"), small), is_embedding=True)
+    run("bert-base-shape", build_bert_base(os.path.join(tmp, "bert-small" if small else "bert"), small))
+    run(
+        "qwen3-0.6b-shape",
+        build_random("qwen3", os.path.join(tmp, "qwen3-small" if small else "qwen3"), small),
+        is_embedding=True,
+    )
     result["targets"] = targets(result["rows"])
     if device == "cuda":
         result["max_memory_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
@@ -273,5 +277,10 @@ if __name__ == "__main__":
     parser.add_argument("--out", default="benchmark/results", help="directory for bench_gpu.json")
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--small", action="store_true", help="2-layer models, short runs (the rehearsal)")
+    parser.add_argument("--models-dir", help="where the random models are built (and reused); default: a temp dir")
     args = parser.parse_args()
-    sys.exit(precompile(args.device) if args.command == "precompile" else main_bench(args.out, args.device, args.small))
+    sys.exit(
+        precompile(args.device)
+        if args.command == "precompile"
+        else main_bench(args.out, args.device, args.small, args.models_dir)
+    )

@@ -60,9 +60,13 @@ SMALL = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=2, vocab_
 
 
 def build_random(kind: str, out_dir: str, small: bool) -> str:
-    """A random-weight checkpoint at the real shape (or a 2-layer one with the same heads)."""
+    """A random-weight checkpoint at the real shape (or a 2-layer one with the same heads), built on
+    the GPU when there is one and saved in bf16 (half the bytes to write and read back); reused
+    when out_dir already holds one (the parity and bench stages share Qwen3's)."""
     from transformers import Gemma3TextConfig, Gemma3TextModel, Qwen3Config, Qwen3Model
 
+    if os.path.exists(os.path.join(out_dir, "config.json")):
+        return out_dir
     if kind == "qwen3":
         shape = {**QWEN3_SHAPE, **(SMALL if small else {})}
         config, cls, arch = Qwen3Config(**shape, rms_norm_eps=1e-6, rope_theta=1e6), Qwen3Model, "Qwen3ForCausalLM"
@@ -77,9 +81,12 @@ def build_random(kind: str, out_dir: str, small: bool) -> str:
         config = Gemma3TextConfig(**shape, layer_types=types, use_bidirectional_attention=True)
         cls, arch = Gemma3TextModel, "Gemma3TextModel"
     torch.manual_seed(0)
-    model = cls(config).eval()
+    cuda = torch.cuda.is_available()
+    with torch.device("cuda" if cuda else "cpu"):
+        model = cls(config).to(torch.bfloat16 if cuda else torch.float32).eval()
     model.config.architectures = [arch]
     model.save_pretrained(out_dir)
+    del model
     return out_dir
 
 
@@ -215,14 +222,23 @@ def main() -> int:
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--out", required=True)
     ap.add_argument("--small", action="store_true", help="2-layer random models (the rehearsal)")
+    ap.add_argument("--models-dir", help="where the random models are built (and reused); default: a temp dir")
     args = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="gpu-parity-")
+    tmp = args.models_dir or tempfile.mkdtemp(prefix="gpu-parity-")
     result: dict = {"device": args.device, "thresholds": {"modes": MIN_COS_MODES, "transformers": MIN_COS_HF}}
     problems: list[str] = []
     cases = [
         ("all-MiniLM-L6", lambda: args.model, {}),
-        ("qwen3-0.6b-shape", lambda: build_random("qwen3", os.path.join(tmp, "q"), args.small), {"is_embedding": True}),
-        ("embeddinggemma-shape", lambda: build_random("gemma", os.path.join(tmp, "g"), args.small), {}),
+        (
+            "qwen3-0.6b-shape",
+            lambda: build_random("qwen3", os.path.join(tmp, "qwen3-small" if args.small else "qwen3"), args.small),
+            {"is_embedding": True},
+        ),
+        (
+            "embeddinggemma-shape",
+            lambda: build_random("gemma", os.path.join(tmp, "gemma-small" if args.small else "gemma"), args.small),
+            {},
+        ),
     ]
     for label, build, extra in cases:
         try:
