@@ -349,3 +349,13 @@ def test_deeply_nested_bodies_on_hand_read_routes_are_4xx(server):
     for path in ("/", "/tokenize"):
         r = requests.post(server.base_url + path, data=b"[" * 5000, headers={"content-type": "application/json"})
         assert 400 <= r.status_code < 500, (path, r.text)
+
+
+@pytest.mark.parametrize("path", ["/", "/decode"])
+def test_tei_hand_read_routes_refuse_bodies_that_are_not_objects_in_teis_shape(server, path):
+    bad_json = requests.post(server.base_url + path, data=b"{nope", headers={"content-type": "application/json"})
+    assert bad_json.status_code == 422, bad_json.text
+    assert bad_json.json() == {"error": "The request body is not valid JSON.", "error_type": "Validation"}
+    not_object = _post(server, path, [[101, 102]])
+    assert not_object.status_code == 422, not_object.text
+    assert not_object.json() == {"error": "The request body must be a JSON object.", "error_type": "Validation"}

@@ -41,6 +41,17 @@ class TeiServings:
     predict: TeiServingPredict
 
 
+async def read_tei_object(raw: Request) -> dict:
+    """A route's body read by hand (to check sizes before validating it), refused in TEI's shape
+    when it is not a JSON object."""
+    body = await read_json(raw)
+    if body is None:
+        raise TeiError("The request body is not valid JSON.", 422, "Validation")
+    if not isinstance(body, dict):
+        raise TeiError("The request body must be a JSON object.", 422, "Validation")
+    return body
+
+
 def tei_info(server_args: ServerArgs, model_info: ModelInfo, version: str) -> dict:
     """GET /info in TEI's shape."""
     if model_info.is_classifier:
@@ -112,11 +123,7 @@ def add_tei_routes(
     )
     async def decode_route(raw: Request):
         # Read by hand: the count is checked before a million id lists are validated.
-        body = await read_json(raw)
-        if body is None:
-            raise TeiError("The request body is not valid JSON.", 422, "Validation")
-        if not isinstance(body, dict):
-            raise TeiError("The request body must be a JSON object.", 422, "Validation")
+        body = await read_tei_object(raw)
         if isinstance(body.get("ids"), list):
             check_batch_size(len(body["ids"]), server_args, "ids")
         request = tei_validate(DecodeRequest, body, "decode")
@@ -147,11 +154,7 @@ def add_tei_routes(
         responses=errors,
     )
     async def root(raw: Request):
-        body = await read_json(raw)
-        if body is None:
-            raise TeiError("The request body is not valid JSON.", 422, "Validation")
-        if not isinstance(body, dict):
-            raise TeiError("The request body must be a JSON object.", 422, "Validation")
+        body = await read_tei_object(raw)
         if model_info.is_classifier and "query" in body:
             kind, model, serving = "rerank", RerankRequest, lambda: servings().rerank
         elif model_info.is_classifier:
