@@ -3,20 +3,15 @@ and the work placed off the event loop when large."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
-
 import orjson
 import pytest
 
 from sglang.srt.entrypoints.response_parts import body_bytes
 from sglang.srt.entrypoints.token_work import (
-    INLINE_SIZE,
     SLICE_TOKENS,
     check_ids_work,
     decode_all,
     max_total_ids,
-    off_loop,
     tei_tokenize_answer,
 )
 from sglang.srt.entrypoints.tokens import tei_tokens
@@ -69,14 +64,3 @@ def test_decode_all_checks_the_vocabulary(tok):
     with pytest.raises(EmbeddingError) as e:
         decode_all(tok, [[7592], [30522]], 30522, True, "ids")
     assert e.value.kind == ErrorKind.INVALID_REQUEST and "30522" in e.value.message
-
-
-def test_off_loop_runs_large_work_in_a_worker_thread():
-    async def scenario():
-        here = threading.get_ident()
-        small = await off_loop(threading.get_ident, INLINE_SIZE)
-        large = await off_loop(threading.get_ident, INLINE_SIZE + 1)
-        return here, small, large
-
-    here, small, large = asyncio.run(scenario())
-    assert small == here and large != here

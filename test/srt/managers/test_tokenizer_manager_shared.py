@@ -9,9 +9,10 @@ import pytest
 
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.managers.io_struct import EmbeddingReqInput
-from sglang.srt.managers.tokenizer_manager import INLINE_TOKENIZE_CHARS, TokenizerManager
+from sglang.srt.managers.tokenizer_manager import TokenizerManager
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.msgcodec import decode
+from sglang.srt.utils.off_loop import INLINE_WORK
 from test.helpers.model_info import make_model_info
 
 INFO = make_model_info(max_input_length=256, vocab_size=30522, pair_token_types=True)
@@ -42,7 +43,7 @@ def test_pairs_reach_the_scheduler_with_their_token_types(harness, hf_tokenizer)
 def test_a_huge_prompt_counts_per_input_and_goes_off_the_loop(harness, hf_tokenizer, monkeypatch):
     port_args, _, _ = harness
     prompt = "word " * 2000  # 10,000 characters: under the inline size alone, 1.28 M characters over 128 inputs
-    assert len(prompt) + 128 < INLINE_TOKENIZE_CHARS
+    assert len(prompt) + 128 < INLINE_WORK
     seen = []
 
     async def scenario():

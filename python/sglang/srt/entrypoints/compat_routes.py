@@ -26,7 +26,7 @@ from sglang.srt.entrypoints.openai.protocol import EmbeddingRequest, EmbeddingRe
 from sglang.srt.entrypoints.openai.serving_base import check_batch_size, model_not_found
 from sglang.srt.entrypoints.openai.serving_embedding import OpenAIServingEmbedding
 from sglang.srt.entrypoints.tei.protocol import SimpleToken, TokenizeRequest
-from sglang.srt.entrypoints.token_work import check_ids_work, decode_all, off_loop, tei_tokenize_answer
+from sglang.srt.entrypoints.token_work import check_ids_work, decode_all, tei_tokenize_answer
 from sglang.srt.entrypoints.tokens import vllm_tokenize
 from sglang.srt.entrypoints.vllm.protocol import (
     DetokenizeRequest,
@@ -39,6 +39,7 @@ from sglang.srt.entrypoints.vllm.protocol import (
 from sglang.srt.entrypoints.vllm.serving import VllmServingPooling
 from sglang.srt.errors import EmbeddingError
 from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.off_loop import off_loop
 
 
 def model_card(server_args: ServerArgs, model_info: ModelInfo, name: str, created: int) -> ModelCard:

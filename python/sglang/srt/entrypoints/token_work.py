@@ -2,17 +2,16 @@
 /tokenize and /detokenize), which run in the HTTP process with no model involved.
 
 One rule for all of them: a request carries at most --max-client-batch-size inputs (413, as
-/embed answers it), its work is bounded, and anything bigger than INLINE_SIZE characters or ids
-runs in a worker thread (the Rust tokenizer releases the GIL), so /health and other requests keep
-being answered. TEI's /tokenize renders each input's tokens a slice at a time straight into the
+/embed answers it), its work is bounded, and anything bigger than INLINE_WORK characters or ids
+runs in a worker thread (utils/off_loop.py, the tokenizer manager's rule too), so /health and
+other requests keep being answered. TEI's /tokenize renders each input's tokens a slice at a time straight into the
 answer's bytes and stops at --max-response-bytes; /decode takes at most as many ids as an /embed
 request could carry (--max-client-batch-size x the model's context length).
 """
 
 from __future__ import annotations
 
-import asyncio
-from typing import Callable, Sequence, TypeVar
+from typing import Sequence, TypeVar
 
 import orjson
 
@@ -24,18 +23,10 @@ from sglang.srt.managers.response_size import mib
 from sglang.srt.server_args import ServerArgs
 
 T = TypeVar("T")
-INLINE_SIZE = 32_768  # characters to tokenize or ids to decode; more run in a worker thread
 SLICE_TOKENS = 4_096  # /tokenize renders this many tokens' dicts at a time
 # The smallest SimpleToken as orjson writes it, with its comma ({"id":0,"text":"","special":false,
 # "start":0,"stop":0},): an input of n tokens adds at least n times this to the answer.
 MIN_TOKEN_BYTES = 53
-
-
-async def off_loop(fn: Callable[[], T], size: int) -> T:
-    """`fn()` here when `size` (characters or ids) is small, else in a worker thread."""
-    if size <= INLINE_SIZE:
-        return fn()
-    return await asyncio.get_running_loop().run_in_executor(None, fn)
 
 
 def max_total_ids(args: ServerArgs, max_input_length: int) -> int:

@@ -7,6 +7,7 @@ Lives in the HTTP process (and in the caller's process for the offline Engine). 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
@@ -38,6 +39,7 @@ from sglang.srt.metrics.server_metrics import ServerMetrics
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.msgcodec import decode
 from sglang.srt.utils.network import PortArgs, make_socket
+from sglang.srt.utils.off_loop import off_loop
 from sglang.srt.utils.tracing import Tracing
 
 logger = logging.getLogger(__name__)
@@ -169,14 +171,10 @@ class TokenizerManager:
         else:
             colbert = self.colbert_inputs_for(req) is not None  # ColBERT markers, lengths and query expansion
             tokenize = self._colbert_tokenize if colbert else self.input_tokenizer.tokenize
-            if work_chars(req) > INLINE_TOKENIZE_CHARS:
-                # Megabytes of text take the tokenizer seconds; the Rust tokenizer releases the GIL,
-                # so a worker thread keeps the event loop (every other request, /health) responsive.
-                # A million token ids take numpy tens of milliseconds: off the loop too. A prompt or
-                # rerank query counts once per input (managers/shared_inputs.py).
-                tokenized = await asyncio.get_running_loop().run_in_executor(None, tokenize, req)
-            else:
-                tokenized = tokenize(req)
+            # Megabytes of text take the tokenizer seconds, a million token ids numpy tens of
+            # milliseconds: off the loop. A prompt or rerank query counts once per input
+            # (managers/shared_inputs.py).
+            tokenized = await off_loop(functools.partial(tokenize, req), work_chars(req))
             if colbert:
                 tokenized, key_lens = [(ids, None) for ids, _ in tokenized], [k for _, k in tokenized]
         if req.token_output is not None:  # per-token answers: refused here when too large, before any compute
@@ -317,9 +315,6 @@ def admission_limit(server_args: ServerArgs) -> int:
     count, so near the limit a refusal may come a batch early.
     """
     return sum(replica_capacities(server_args))
-
-
-INLINE_TOKENIZE_CHARS = 32_768  # beyond this many characters (or token ids) a request is tokenized off the loop
 
 
 def payload_to_array(payload: bytes) -> np.ndarray:

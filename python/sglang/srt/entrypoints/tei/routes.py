@@ -27,8 +27,9 @@ from sglang.srt.entrypoints.tei.protocol import (
     RerankRequest,
 )
 from sglang.srt.entrypoints.tei.serving import TeiServingEmbed, TeiServingPredict, TeiServingRerank
-from sglang.srt.entrypoints.token_work import check_ids_work, decode_all, off_loop
+from sglang.srt.entrypoints.token_work import check_ids_work, decode_all
 from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.off_loop import off_loop
 
 TEI_PATHS = ("/embed", "/rerank", "/predict", "/decode", "/info", "/")
 TEI_POOLING = {"cls": "cls", "mean": "mean", "lasttoken": "last-token", "max": "max"}
