@@ -197,8 +197,8 @@ def main() -> None:
     ap.add_argument("--output-json", default=None)
     args = ap.parse_args()
 
+    from sglang.srt.frontend.tokenization import load_tokenizer
     from sglang.srt.layers.int8_linear import int8_support
-    from sglang.srt.managers.tokenization import load_tokenizer
     from sglang.srt.server_args import ServerArgs
 
     configs = args.configs.split(",")

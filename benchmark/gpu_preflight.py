@@ -35,8 +35,8 @@ REQUIRED_MODULES = (
     "prometheus_client",
     "pytest",
     "sglang.launch_server",
-    "sglang.srt.managers.io_struct",
-    "sglang.srt.entrypoints.http_server",
+    "sglang.srt.wire.io_struct",
+    "sglang.srt.frontend.http.http_server",
     "sglang.srt.model_executor.model_runner",
     "flashinfer",
 )

@@ -1,6 +1,6 @@
 """Resident memory of every process of one server, sampled from /proc, and the growth verdict.
 
-Used by bench_soak.py and by the soak test (test/srt/managers/test_memory_soak_e2e.py).
+Used by bench_soak.py and by the soak test (test/srt/entrypoints/test_memory_soak_e2e.py).
 """
 
 from __future__ import annotations

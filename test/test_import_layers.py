@@ -20,11 +20,14 @@ PACKAGE_DIR = os.path.join(os.path.dirname(__file__), "..", "python", "sglang")
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("launchers", ("sglang", "sglang.cli", "sglang.launch_server", "sglang.integrations")),
     ("entrypoints", ("sglang.srt.entrypoints",)),
-    ("managers", ("sglang.srt.managers",)),
+    ("frontend", ("sglang.srt.frontend",)),
+    ("renderer", ("sglang.srt.renderer",)),
+    ("scheduler", ("sglang.srt.scheduler",)),
     ("model_executor", ("sglang.srt.model_executor",)),
     ("models", ("sglang.srt.models",)),
     ("layers", ("sglang.srt.layers",)),
     ("model_loader", ("sglang.srt.model_loader",)),
+    ("wire", ("sglang.srt.wire",)),
     ("configs", ("sglang.srt.configs",)),
     ("server_args", ("sglang.srt.server_args",)),
     ("ground", ("sglang.srt", "sglang.srt.errors", "sglang.srt.utils", "sglang.srt.metrics")),
@@ -157,7 +160,7 @@ def test_no_import_circles():
     "source, message",
     [
         ("from sglang.srt.entrypoints.engine import Engine\n", "imports sglang.srt.entrypoints.engine"),
-        ("def f():\n    from sglang.srt.managers import io_struct\n", "imports sglang.srt.managers.io_struct"),
+        ("def f():\n    from sglang.srt.scheduler import scheduler\n", "imports sglang.srt.scheduler.scheduler"),
     ],
 )
 def test_the_check_catches_a_back_pointing_import(tmp_path, source, message):

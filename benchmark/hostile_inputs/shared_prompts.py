@@ -1,7 +1,7 @@
 """Hostile shared pieces (issue #27 item 2): a 100 KB prompt / instruction / rerank query on hundreds
 of inputs. Each must be answered in seconds (a 200 when truncation makes it fit, a 400 at once when
 the piece alone is over the context, 413 over --max-request-tokens), with `/health` under 1 s while
-it runs and the HTTP process's RSS barely moving (managers/shared_inputs.py).
+it runs and the HTTP process's RSS barely moving (frontend/shared_inputs.py).
 
 The embedding probes run against the runner's server (the bundled MiniLM, or --url); the rerank
 probes start a tiny BERT cross-encoder of their own (one HTTP worker), whose RSS they watch.

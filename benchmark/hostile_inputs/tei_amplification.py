@@ -3,7 +3,7 @@
 /embed_all and /pooling token_embed whose per-token answer would be ~150 MB. Each must be answered
 in seconds (413 naming the flag, or a 200 where it is allowed) with `/health` under 1 s meanwhile
 and, for the allowed ones, the HTTP process's RSS growth < 300 MB at peak and < 100 MB after
-(entrypoints/token_work.py, managers/response_size.py, entrypoints/response_parts.py).
+(frontend/token_work.py, frontend/response_size.py, frontend/http/response_parts.py).
 
 Runs against the runner's server (the bundled MiniLM, or --url). With several HTTP workers the RSS
 watched is the first one's. Alone: `python -m benchmark.hostile_inputs.tei_amplification`.

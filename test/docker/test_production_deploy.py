@@ -66,7 +66,7 @@ def test_image_runs_the_server_from_the_environment_with_a_healthcheck(path):
     assert json.loads(cmd) == ["sglang", "health"] and "health" in COMMANDS
     assert "--start-period=" in options and "--interval=" in options
     assert '"/health"' in (ROOT / "python/sglang/srt/entrypoints/health_probe.py").read_text()
-    server = (ROOT / "python/sglang/srt/entrypoints/http_server.py").read_text()
+    server = (ROOT / "python/sglang/srt/frontend/http/http_server.py").read_text()
     assert '@app.get("/health")' in server and 'add_api_route("/health", health, methods=["HEAD"]' in server
     # A non-root user the image creates.
     user = keywords["USER"]

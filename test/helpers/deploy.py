@@ -26,7 +26,7 @@ def parse_serve_args(argv: list[str]) -> ServerArgs:
 @functools.lru_cache(maxsize=1)
 def server_routes() -> frozenset[tuple[str, str]]:
     """(method, path) of every route the HTTP app serves, read from the app itself."""
-    from sglang.srt.entrypoints.http_server import create_app
+    from sglang.srt.frontend.http.http_server import create_app
     from sglang.srt.utils.network import PortArgs
 
     unused = PortArgs(

@@ -40,8 +40,8 @@ def prepare_requests(args, runner, items: list) -> list:
 
     from transformers import AutoTokenizer
 
-    from sglang.srt.managers.io_struct import TokenizedEmbeddingReqInput
-    from sglang.srt.managers.multimodal.preparer import MultimodalPreparer, attach
+    from sglang.srt.frontend.multimodal.preparer import MultimodalPreparer, attach
+    from sglang.srt.wire.io_struct import TokenizedEmbeddingReqInput
 
     prep = MultimodalPreparer(args, runner.model_info(), AutoTokenizer.from_pretrained(args.model_path))
     try:

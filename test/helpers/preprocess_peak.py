@@ -50,10 +50,10 @@ def peak_bytes(fn: Callable[[], T]) -> tuple[T, int]:
 
 def _preprocessor(kind: str, model_dir: str, max_pixels: Optional[int]):
     if kind == "qwen2vl":
-        from sglang.srt.managers.multimodal.processors import Qwen2VLImages
+        from sglang.srt.frontend.multimodal.processors import Qwen2VLImages
 
         return Qwen2VLImages(model_dir, max_pixels=max_pixels)
-    from sglang.srt.managers.multimodal.tower_images import TowerImages
+    from sglang.srt.frontend.multimodal.tower_images import TowerImages
 
     with open(os.path.join(model_dir, "config.json")) as f:
         patch = json.load(f)["vision_config"]["patch_size"]

@@ -7,7 +7,7 @@ import pytest
 
 from sglang.cli import build_serve_parser
 from sglang.srt.errors import ConfigError
-from sglang.srt.managers.multimodal.processors import _find_smart_resize
+from sglang.srt.frontend.multimodal.processors import _find_smart_resize
 from sglang.srt.server_args import ServerArgs
 
 

@@ -4,7 +4,7 @@
   CLI prints it as one line and exits 2, `sglang.Engine(...)` raises it.
 - `EmbeddingError`: one request failed, and only that request. Its `ErrorKind` says what went
   wrong; the HTTP status, the OpenAI error `type` and headers such as Retry-After are decided at
-  the edge (entrypoints/http_errors.py). Kinds also cross the scheduler -> detokenizer ->
+  the edge (frontend/http/http_errors.py). Kinds also cross the scheduler -> detokenizer ->
   tokenizer-manager link as the `error_codes` of the output messages (0: no error).
 """
 

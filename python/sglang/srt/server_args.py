@@ -256,7 +256,7 @@ class ServerArgs:
 
     def _validate_tls_and_tracing(self) -> None:
         """Files exist and come in pairs; tracing has its packages and a full endpoint URL. (Whether
-        the key fits the certificate is checked when the server starts: entrypoints/tls.py.)"""
+        the key fits the certificate is checked when the server starts: frontend/http/tls.py.)"""
         if bool(self.ssl_keyfile) != bool(self.ssl_certfile):
             raise ConfigError("--ssl-keyfile and --ssl-certfile go together: give both or neither")
         if self.ssl_ca_certs and not self.ssl_certfile:
@@ -543,6 +543,13 @@ class ServerArgs:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @property
+    def replica_queue_sizes(self) -> list[int]:
+        """Each replica's share of --max-queue-size (the shares add up to it): the scheduler of
+        replica r holds at most [r] waiting inputs, and the HTTP side plans with the same numbers."""
+        base, extra = divmod(self.max_queue_size, self.dp_size)
+        return [base + (1 if rank < extra else 0) for rank in range(self.dp_size)]
 
     @property
     def served_model_names(self) -> list[str]:

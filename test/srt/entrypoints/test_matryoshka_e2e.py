@@ -214,7 +214,7 @@ def test_engine_dimensions(model_dir, tmp_path):
         short = np.asarray([o["embedding"] for o in out], dtype=np.float32)
         assert short.shape == (len(MIXED_TEXTS), 16)
         assert np.abs(short - _shortened(full, 16)).max() <= 1e-6
-        # input_type picks Qwen3's query instruction in the Engine too (entrypoints/input_types.py)
+        # input_type picks Qwen3's query instruction in the Engine too (frontend/input_types.py)
         queries = engine.encode(MIXED_TEXTS[:2], input_type="search_query")
         prefixed = engine.encode([QWEN3_PROMPTS["query"] + t for t in MIXED_TEXTS[:2]])
         assert [q["embedding"] for q in queries] == [p["embedding"] for p in prefixed]

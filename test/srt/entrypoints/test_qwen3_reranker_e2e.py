@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import requests
 
-from sglang.srt.entrypoints.openai.task_protocol import RerankResponse
+from sglang.srt.frontend.openai.task_protocol import RerankResponse
 from test.helpers.server import ServerProcess
 from test.helpers.tiny_reranker import CARD_PREFIX, DOCUMENTS, QUERY, build_tiny_qwen3_reranker, card_scores
 

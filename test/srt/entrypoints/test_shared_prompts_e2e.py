@@ -1,5 +1,5 @@
 """Issue #27 item 2 end to end: a prompt / instruction / rerank query of 100 KB on hundreds of inputs
-is tokenized once and bounded before the inputs are (managers/shared_inputs.py), on every route
+is tokenized once and bounded before the inputs are (frontend/shared_inputs.py), on every route
 that takes one; answered in seconds, `/health` under 1 s meanwhile (one HTTP worker), and the HTTP
 process's memory barely moves. Servers: the bundled MiniLM (context 256), a tiny BERT cross-encoder
 (context 128) and the tiny Qwen3-Reranker (test/helpers/tiny_reranker.py, context 512)."""

@@ -11,7 +11,7 @@ import pytest
 import requests
 import torch
 
-from sglang.srt.entrypoints.openai.task_protocol import ClassifyResponse, RerankResponse, SparseValue
+from sglang.srt.frontend.openai.task_protocol import ClassifyResponse, RerankResponse, SparseValue
 from test.helpers.server import ServerProcess
 from test.helpers.tiny_task_models import build_tiny_bert_task, build_tiny_decoder_classifier, build_tiny_xlm_roberta
 

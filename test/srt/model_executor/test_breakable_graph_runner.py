@@ -325,7 +325,7 @@ def test_gpu_breakable_every_bucket_with_sliding_window(tmp_path):
 
 def test_image_text_text_tower_replays_in_pieces(tmp_path):
     """SigLIP's text batches take the breakable path through the text tower (bucket 128: 4 x 32)."""
-    from sglang.srt.managers.io_struct import TokenizedEmbeddingReqInput
+    from sglang.srt.wire.io_struct import TokenizedEmbeddingReqInput
     from test.helpers.tiny_image_text import build_tiny_siglip
 
     runner = make_runner(build_tiny_siglip(str(tmp_path / "siglip")))

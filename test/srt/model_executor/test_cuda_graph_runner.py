@@ -404,7 +404,7 @@ def test_gpu_window_masks_under_graphs():
 def test_image_text_models_replay_their_text_tower(monkeypatch, tmp_path):
     """SigLIP's text batches (padded to the text tower's positions) take the graph path of the
     text tower's run_layers and give the eager vectors (CLIP's text tower is the same code, causal)."""
-    from sglang.srt.managers.io_struct import TokenizedEmbeddingReqInput
+    from sglang.srt.wire.io_struct import TokenizedEmbeddingReqInput
     from test.helpers.tiny_image_text import build_tiny_siglip
 
     path = build_tiny_siglip(str(tmp_path / "siglip"))

@@ -63,7 +63,7 @@ def test_bfloat16_on_a_cpu_without_bf16_units_warns_once_and_auto_stays_float32(
 def test_per_request_normalize_in_one_batch(corpus_ids):
     """A request's `normalize: false` gets the raw pooled vector; its batch neighbours keep the
     checkpoint's normalization (sentence-transformers' Normalize for all-MiniLM-L6-v2)."""
-    from sglang.srt.managers.io_struct import TokenizedEmbeddingReqInput
+    from sglang.srt.wire.io_struct import TokenizedEmbeddingReqInput
 
     runner = ModelRunner(ServerArgs(device="cpu"))
     ids = corpus_ids[:3]

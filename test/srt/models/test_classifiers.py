@@ -8,9 +8,9 @@ import torch
 
 from sglang.srt.configs.model_info import OutputKind
 from sglang.srt.errors import ConfigError
-from sglang.srt.managers.io_struct import EmbeddingReqInput
-from sglang.srt.managers.tokenization import InputTokenizer
+from sglang.srt.frontend.tokenization import InputTokenizer
 from sglang.srt.server_args import ServerArgs
+from sglang.srt.wire.io_struct import EmbeddingReqInput
 from test.helpers.parity import MIXED_TEXTS, make_runner, tokenize_for_runner
 from test.helpers.tiny_task_models import build_tiny_bert_task, build_tiny_decoder_classifier, build_tiny_xlm_roberta
 

@@ -1,7 +1,7 @@
 """Our CLIP, SigLIP and SigLIP 2 towers against transformers' get_text_features /
 get_image_features on tiny random checkpoints (test/helpers/tiny_image_text.py).
 
-Inputs go through our real request path (managers/multimodal/: the checkpoint's tokenizer and image
+Inputs go through our real request path (frontend/multimodal/: the checkpoint's tokenizer and image
 processor) into ModelRunner.run_requests, texts of mixed lengths and images of different sizes
 in one batch; float32, relative error <= 1e-4 per normalized vector; each input alone equals
 itself in the batch within 1e-5.
@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from sglang.srt.managers.io_struct import MultimodalItem
 from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_executor.image_text_batch import pad_texts
 from sglang.srt.server_args import ServerArgs
+from sglang.srt.wire.io_struct import MultimodalItem
 from test.helpers.images import gradient_image
 from test.helpers.parity import MIXED_TEXTS, make_runner, prepare_requests, relative_error_rows
 from test.helpers.tiny_image_text import (
@@ -203,7 +203,7 @@ def test_image_processor_that_does_not_fit_the_tower_fails_at_start(built):
     """A preprocessor_config.json whose crop size differs from the image tower's is a one-line
     ConfigError when the HTTP side starts, not a failing batch later."""
     from sglang.srt.errors import ConfigError
-    from sglang.srt.managers.multimodal.tower_images import TowerImages
+    from sglang.srt.frontend.multimodal.tower_images import TowerImages
 
     model_dir, _, runner, _ = built("clip")
     vision = runner.model_info().vision

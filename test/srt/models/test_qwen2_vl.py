@@ -1,7 +1,7 @@
 """Our Qwen2-VL (GME) against transformers' Qwen2VLForConditionalGeneration on a tiny random checkpoint.
 
 Inputs go through our real request path (chat template, image processor, pad expansion, M-RoPE
-positions: managers/multimodal/) into ModelRunner.run_requests; the reference builds its own
+positions: frontend/multimodal/) into ModelRunner.run_requests; the reference builds its own
 (test/helpers/gme_reference.py). float32, relative error <= 1e-4 per vector.
 """
 
@@ -12,9 +12,9 @@ import os
 import numpy as np
 import pytest
 
-from sglang.srt.managers.io_struct import MultimodalItem, TokenizedEmbeddingReqInput
 from sglang.srt.model_executor.multimodal_batch import has_images
 from sglang.srt.server_args import ServerArgs
+from sglang.srt.wire.io_struct import MultimodalItem, TokenizedEmbeddingReqInput
 from test.helpers.gme_reference import hf_gme_embedding, load_hf_gme
 from test.helpers.images import gradient_image
 from test.helpers.parity import make_runner, prepare_requests, relative_error_rows

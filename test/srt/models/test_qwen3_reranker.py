@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from sglang.srt.configs.llm_reranker import QWEN3_RERANKER
-from sglang.srt.managers.io_struct import EmbeddingReqInput
-from sglang.srt.managers.tokenization import InputTokenizer
+from sglang.srt.frontend.tokenization import InputTokenizer
 from sglang.srt.model_loader.weight_utils import iterate_weights
 from sglang.srt.server_args import ServerArgs
+from sglang.srt.wire.io_struct import EmbeddingReqInput
 from test.helpers.parity import make_runner
 from test.helpers.tiny_reranker import (
     DOCUMENTS,

@@ -9,13 +9,13 @@ import torch
 
 from sglang.srt.configs.model_info import OutputKind
 from sglang.srt.errors import ConfigError
-from sglang.srt.managers.io_struct import (
+from sglang.srt.model_executor.forward_io import ForwardOutput
+from sglang.srt.wire.io_struct import (
     FORMAT_FLOAT,
     FORMAT_SPARSE_DICT,
     FORMAT_SPARSE_TEI,
     TokenizedEmbeddingReqInput,
 )
-from sglang.srt.model_executor.forward_io import ForwardOutput
 from test.helpers.parity import MIXED_TEXTS, make_runner, tokenize_for_runner
 from test.helpers.tiny_task_models import build_tiny_splade, build_tiny_xlm_roberta, write_sparse_linear
 

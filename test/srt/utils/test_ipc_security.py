@@ -9,8 +9,8 @@ import stat
 import orjson
 import pytest
 
-from sglang.srt.utils import msgcodec
 from sglang.srt.utils.network import PortArgs
+from sglang.srt.wire import msgcodec
 
 
 def test_ipc_directory_is_private_and_holds_every_endpoint():

@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing (utils/tracing.py, managers/request_tracing.py) in one process, exported to
+"""OpenTelemetry tracing (utils/tracing.py, wire/request_tracing.py) in one process, exported to
 a local OTLP/HTTP receiver: span names, parent/child links, batch attributes, W3C traceparent;
 and, with tracing off, no OpenTelemetry import at all. The three-process version is
 test/srt/entrypoints/test_production_e2e.py."""
@@ -15,17 +15,17 @@ import orjson
 import pytest
 
 from sglang.srt.errors import ConfigError
-from sglang.srt.managers.io_struct import (
+from sglang.srt.scheduler.scheduler import Scheduler
+from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.logging_utils import JsonFormatter
+from sglang.srt.utils.tracing import TraceLogFilter, Tracing, monotonic_to_ns, resolve_endpoint
+from sglang.srt.wire.io_struct import (
     BatchEmbeddingOutput,
     BatchTokenizedEmbeddingReqInput,
     TokenizedEmbeddingReqInput,
 )
-from sglang.srt.managers.request_tracing import request_span, trace_render
-from sglang.srt.managers.scheduler import Scheduler
-from sglang.srt.server_args import ServerArgs
-from sglang.srt.utils.logging_utils import JsonFormatter
-from sglang.srt.utils.msgcodec import decode, encode
-from sglang.srt.utils.tracing import TraceLogFilter, Tracing, monotonic_to_ns, resolve_endpoint
+from sglang.srt.wire.msgcodec import decode, encode
+from sglang.srt.wire.request_tracing import request_span, trace_render
 from test.helpers.otlp_receiver import OtlpReceiver, spans_named
 
 TRACE_A, PARENT_A = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
@@ -164,10 +164,12 @@ def test_off_by_default_imports_no_opentelemetry_sdk():
 import sys
 import numpy as np
 from sglang.cli import parse_serve_args
-from sglang.srt.entrypoints import http_server, launch  # noqa: F401
-from sglang.srt.managers import detokenizer_manager, tokenizer_manager  # noqa: F401
-from sglang.srt.managers.io_struct import TokenizedEmbeddingReqInput
-from sglang.srt.managers.scheduler import Scheduler
+from sglang.srt.entrypoints import launch  # noqa: F401
+from sglang.srt.frontend import tokenizer_manager  # noqa: F401
+from sglang.srt.frontend.http import http_server  # noqa: F401
+from sglang.srt.renderer import detokenizer_manager  # noqa: F401
+from sglang.srt.wire.io_struct import TokenizedEmbeddingReqInput
+from sglang.srt.scheduler.scheduler import Scheduler
 from sglang.srt.utils.tracing import Tracing
 args = parse_serve_args([])
 assert not args.enable_trace and not Tracing.start(args.enable_trace, None, "x").enabled

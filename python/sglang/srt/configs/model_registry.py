@@ -20,7 +20,7 @@ class ModelSpec:
     default_pooling: str
     absolute_positions: bool  # a learned position table caps the context length
     padding_offset: int = 0  # RoBERTa-style position ids start after padding_idx
-    image_inputs: bool = False  # takes {"image": ...} inputs (managers/multimodal/)
+    image_inputs: bool = False  # takes {"image": ...} inputs (frontend/multimodal/)
     # Sequence-classification head on top of the backbone (layers/classifier_heads.py): such a
     # checkpoint is served as-is and answers with its logits.
     classifier: Optional[str] = None

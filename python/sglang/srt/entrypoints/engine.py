@@ -17,15 +17,15 @@ import orjson
 
 from sglang.srt.configs.model_config import check_model
 from sglang.srt.configs.model_info import OutputKind
-from sglang.srt.entrypoints.embed_options import set_prompt
 from sglang.srt.entrypoints.engine_processes import EngineProcesses
-from sglang.srt.entrypoints.inputs import Prompt, normalize_input
-from sglang.srt.entrypoints.openai.multi_vector import multi_vector_output
-from sglang.srt.managers.io_struct import FORMAT_RAW, FORMAT_SPARSE_DICT
-from sglang.srt.managers.matryoshka import validate_dimensions
-from sglang.srt.managers.tokenizer_manager import TokenizerManager, payload_to_array
+from sglang.srt.frontend.embed_options import set_prompt
+from sglang.srt.frontend.inputs import Prompt, normalize_input
+from sglang.srt.frontend.openai.multi_vector import multi_vector_output
+from sglang.srt.frontend.tokenizer_manager import TokenizerManager, payload_to_array
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.tracing import Tracing
+from sglang.srt.wire.io_struct import FORMAT_RAW, FORMAT_SPARSE_DICT
+from sglang.srt.wire.matryoshka import validate_dimensions
 
 
 def _sparse_payload(payload: bytes) -> dict[int, float]:
@@ -80,7 +80,7 @@ class Engine:
         Multi-vector (ColBERT) models, or `multi_vector=True` on a model with such a head, give
         one vector per token: `embedding` is a list of lists and `token_ids` says whose each is
         (`input_type` "query" or "document", as on /v1/embeddings). On every model `input_type` also
-        picks the model's prompt of that name, as on /v1/embeddings (entrypoints/input_types.py).
+        picks the model's prompt of that name, as on /v1/embeddings (frontend/input_types.py).
 
         Raises EmbeddingError for a bad input, with the same message the HTTP API would give.
         """

@@ -17,9 +17,9 @@ from typing import Callable, Optional
 
 from sglang.srt.configs.model_info import ModelInfo, ReplicaInfo
 from sglang.srt.errors import ConfigError
-from sglang.srt.managers.detokenizer_manager import run_detokenizer_process
-from sglang.srt.managers.scheduler_process import replica_name, run_scheduler_process
 from sglang.srt.model_executor.placement import plan_slots
+from sglang.srt.renderer.detokenizer_manager import run_detokenizer_process
+from sglang.srt.scheduler.scheduler_process import replica_name, run_scheduler_process
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.allocator import child_environment, plan_allocator
 from sglang.srt.utils.heartbeat import HeartbeatReader, heartbeat_interval

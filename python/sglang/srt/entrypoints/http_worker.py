@@ -11,8 +11,8 @@ from __future__ import annotations
 import signal
 
 from sglang.srt.configs.model_info import ModelInfo
-from sglang.srt.entrypoints.http_server import count_refusal, create_app, engine_died, start_draining
-from sglang.srt.entrypoints.uvicorn_server import make_listen_socket, make_server, serve
+from sglang.srt.frontend.http.http_server import count_refusal, create_app, engine_died, start_draining
+from sglang.srt.frontend.http.uvicorn_server import make_listen_socket, make_server, serve
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.logging_utils import configure_logging
 from sglang.srt.utils.network import PortArgs

@@ -10,12 +10,12 @@ import logging
 import os
 
 from sglang.srt.entrypoints.engine_processes import EngineProcesses
-from sglang.srt.entrypoints.host_guard import is_loopback
-from sglang.srt.entrypoints.http_server import count_refusal, create_app, engine_died, start_draining
 from sglang.srt.entrypoints.http_worker import run_http_worker_process
-from sglang.srt.entrypoints.tls import check_tls
-from sglang.srt.entrypoints.uvicorn_server import make_listen_socket, make_server, serve
 from sglang.srt.errors import ConfigError
+from sglang.srt.frontend.http.host_guard import is_loopback
+from sglang.srt.frontend.http.http_server import count_refusal, create_app, engine_died, start_draining
+from sglang.srt.frontend.http.tls import check_tls
+from sglang.srt.frontend.http.uvicorn_server import make_listen_socket, make_server, serve
 from sglang.srt.metrics.prometheus import enable_multiprocess
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.logging_utils import configure_logging

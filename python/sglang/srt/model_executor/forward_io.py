@@ -1,7 +1,7 @@
 """What the scheduler hands the model runner per batch, and what it gets back.
 
 `ForwardInput` names the fields of one tokenized input that the runner reads; the scheduler's
-message (managers/io_struct.TokenizedEmbeddingReqInput) has them, so the executor needs nothing
+message (wire/io_struct.TokenizedEmbeddingReqInput) has them, so the executor needs nothing
 from the managers. `ForwardOutput` never crosses a socket: the scheduler copies it into its
 BatchEmbeddingOutput.
 """

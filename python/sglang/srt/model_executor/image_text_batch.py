@@ -2,7 +2,7 @@
 the image tower, each tower once per batch over its packed sequences.
 
 An input with `pixel_values` is an image: its `input_ids` are placeholders whose count is its
-sequence length in the image tower (the tokenizer side made them, managers/multimodal/), so the
+sequence length in the image tower (the tokenizer side made them, frontend/multimodal/), so the
 scheduler's token budget weighs images by the work they cost. Every image of the batch goes
 through one forward in which each attends only within itself (the images' cu_seqlens); texts go
 through the text tower as any text model's batch does (a CUDA graph where one fits). The model

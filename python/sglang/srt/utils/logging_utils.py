@@ -5,7 +5,7 @@
 (the per-request line of `--log-requests` uses that). With tracing on, lines logged while a
 request's span is current also carry `trace_id` and `span_id` (utils/tracing.py); the scheduler's
 and detokenizer's lines about requests carry `trace_id`, or `trace_ids` and `batch_id` for a
-batch, passed as `extra=` (managers/request_tracing.log_fields).
+batch, passed as `extra=` (wire/request_tracing.log_fields).
 """
 
 from __future__ import annotations

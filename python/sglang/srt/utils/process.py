@@ -26,7 +26,7 @@ STOP_MARKER = "stopping"  # created in the IPC directory when the parent stops i
 # The server process -> its extra HTTP workers: the scheduler or detokenizer died (entrypoints/http_worker.py).
 ENGINE_DEAD_SIGNAL = signal.SIGUSR2
 # Seconds an HTTP process then keeps its open connections to answer them 503 before it stops
-# (entrypoints/engine_death.py); the server process waits that long, plus a margin, for the workers.
+# (frontend/http/engine_death.py); the server process waits that long, plus a margin, for the workers.
 ENGINE_DEATH_GRACE = 2.0
 
 

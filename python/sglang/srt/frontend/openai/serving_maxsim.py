@@ -1,0 +1,85 @@
+"""/v1/rerank for multi-vector (ColBERT) models: relevance = MaxSim of the query's vectors against
+each document's (frontend/openai/multi_vector.maxsim).
+
+The query is encoded in ColBERT's query form and the documents in its document form, as two
+requests to the engine that run side by side; the score is summed over the query's vectors for
+ColBERT checkpoints and averaged for bge-m3 (FlagEmbedding's colbert_score), and reported as is
+(not squashed into (0, 1)). The response is the cross-encoder route's (serving_rerank.rank's
+ordering, Cohere / Jina shape).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Optional
+
+import orjson
+
+from sglang.srt.errors import EmbeddingError, ErrorKind
+from sglang.srt.frontend.openai.multi_vector import maxsim
+from sglang.srt.frontend.openai.serving_base import OpenAIServingBase
+from sglang.srt.frontend.openai.task_protocol import RerankRequest
+from sglang.srt.frontend.tokenizer_manager import EmbeddingResult, payload_to_array
+from sglang.srt.layers.token_outputs import TOKENS_DOCUMENT, TOKENS_QUERY
+from sglang.srt.wire.io_struct import FORMAT_RAW, EmbeddingReqInput
+
+
+def rank_scores(scores: list[float], documents: list[str], top_n: Optional[int], return_documents: bool) -> list:
+    order = sorted(range(len(documents)), key=lambda i: -scores[i])  # stable: ties keep request order
+    if top_n is not None:
+        order = order[:top_n]
+    results = []
+    for i in order:
+        item = {"index": i, "relevance_score": scores[i]}
+        if return_documents:
+            item["document"] = {"text": documents[i]}
+        results.append(item)
+    return results
+
+
+class ServingMaxSimRerank(OpenAIServingBase[RerankRequest]):
+    endpoint = "/v1/rerank"
+
+    def validate(self, request: RerankRequest) -> None:
+        super().validate(request)
+        if request.instruction is not None:
+            raise EmbeddingError(
+                ErrorKind.INVALID_REQUEST,
+                "instruction applies only to LLM rerankers with a prompt (Qwen3-Reranker), not to MaxSim.",
+                param="instruction",
+            )
+        if not request.documents:
+            raise EmbeddingError(ErrorKind.INVALID_REQUEST, "documents cannot be empty.", param="documents")
+        if request.top_n is not None and request.top_n < 1:
+            raise EmbeddingError(
+                ErrorKind.INVALID_REQUEST, f"top_n must be at least 1, got {request.top_n}.", param="top_n"
+            )
+
+    async def handle(self, request: RerankRequest, rid: Optional[str] = None) -> tuple[bytes, EmbeddingResult]:
+        self.validate(request)
+        self.check_batch_size(len(request.documents) + 1)
+        query_req = EmbeddingReqInput(text=[request.query], encoding_format=FORMAT_RAW, token_output=TOKENS_QUERY)
+        docs_req = EmbeddingReqInput(
+            text=list(request.documents), encoding_format=FORMAT_RAW, token_output=TOKENS_DOCUMENT
+        )
+        query, docs = await asyncio.gather(self.tm.embed(query_req), self.tm.embed(docs_req))
+        dim = self.tm.model_info.multi_vector_dim
+        q = payload_to_array(query.payloads[0]).reshape(-1, dim)
+        reduction = self.tm.model_info.colbert.maxsim
+        scores = [maxsim(q, payload_to_array(p).reshape(-1, dim), reduction) for p in docs.payloads]
+        tokens = sum(query.prompt_tokens) + sum(docs.prompt_tokens)
+        body = {
+            "id": f"rerank-{rid or uuid.uuid4().hex}",
+            "model": self.served_model_name,
+            "results": rank_scores(scores, request.documents, request.top_n, request.return_documents),
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+        merged = EmbeddingResult(
+            query.payloads + docs.payloads,
+            query.prompt_tokens + docs.prompt_tokens,
+            max(query.queue_time, docs.queue_time),
+            max(query.inference_time, docs.inference_time),
+            max(query.tokenize_time, docs.tokenize_time),
+        )
+        return orjson.dumps(body), merged

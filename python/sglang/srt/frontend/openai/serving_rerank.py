@@ -1,0 +1,94 @@
+"""POST /v1/rerank: score (query, document) pairs with a cross-encoder, best first.
+
+Each pair is tokenized as the model's tokenizer joins two texts (InputTokenizer.tokenize_pairs)
+and runs as one input; its single logit becomes `relevance_score = sigmoid(logit)`, the score
+sentence-transformers' CrossEncoder and TEI's /rerank report for one-label models. The response
+follows Cohere / Jina: `results` sorted by score (ties keep request order), each with the
+document's `index` and, unless `return_documents` is false, its text. Multi-vector (ColBERT)
+models rank by MaxSim instead (serving_maxsim.py). LLM rerankers (Qwen3-Reranker) are one-logit
+cross-encoders here: the tokenizer side wraps each pair in their prompt (with the request's
+`instruction`), and their logit is logit("yes") - logit("no"), so the sigmoid is the model card's
+softmax over the two.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Optional
+
+import numpy as np
+import orjson
+
+from sglang.srt.errors import EmbeddingError, ErrorKind
+from sglang.srt.frontend.openai.serving_base import OpenAIServingBase
+from sglang.srt.frontend.openai.serving_maxsim import ServingMaxSimRerank
+from sglang.srt.frontend.openai.task_protocol import RerankRequest
+from sglang.srt.frontend.tokenizer_manager import EmbeddingResult, payload_to_array
+from sglang.srt.wire.io_struct import FORMAT_RAW, EmbeddingReqInput
+
+
+def rank(logits: np.ndarray, documents: list[str], top_n: Optional[int], return_documents: bool) -> list[dict]:
+    """Order by logit (sigmoid saturates to 1.0 for large ones), report sigmoid(logit)."""
+    scores = 1.0 / (1.0 + np.exp(-logits))
+    order = sorted(range(len(documents)), key=lambda i: -logits[i])  # stable: ties keep request order
+    if top_n is not None:
+        order = order[:top_n]
+    results = []
+    for i in order:
+        item = {"index": i, "relevance_score": float(scores[i])}
+        if return_documents:
+            item["document"] = {"text": documents[i]}
+        results.append(item)
+    return results
+
+
+class OpenAIServingRerank(OpenAIServingBase[RerankRequest]):
+    endpoint = "/v1/rerank"
+
+    def __init__(self, tokenizer_manager, served_model_name: str) -> None:
+        super().__init__(tokenizer_manager, served_model_name)
+        info = tokenizer_manager.model_info
+        # Multi-vector (ColBERT) models rank by MaxSim instead of a cross-encoder's logit.
+        self.maxsim = (
+            ServingMaxSimRerank(tokenizer_manager, served_model_name)
+            if info.colbert is not None and not info.is_classifier
+            else None
+        )
+
+    async def handle(self, request: RerankRequest, rid: Optional[str] = None):
+        if self.maxsim is not None:
+            return await self.maxsim.handle(request, rid)
+        return await super().handle(request, rid)
+
+    def validate(self, request: RerankRequest) -> None:
+        super().validate(request)
+        self.require_classifier()
+        labels = self.tm.model_info.labels or ()
+        if len(labels) != 1:
+            raise EmbeddingError(
+                ErrorKind.INVALID_REQUEST,
+                f"Model '{self.served_model_name}' has {len(labels)} labels; /v1/rerank needs a "
+                "cross-encoder with a single relevance logit (use /v1/classify).",
+                param="model",
+            )
+        if not request.documents:
+            raise EmbeddingError(ErrorKind.INVALID_REQUEST, "documents cannot be empty.", param="documents")
+        if request.top_n is not None and request.top_n < 1:
+            raise EmbeddingError(
+                ErrorKind.INVALID_REQUEST, f"top_n must be at least 1, got {request.top_n}.", param="top_n"
+            )
+
+    def convert(self, request: RerankRequest) -> EmbeddingReqInput:
+        pairs = [(request.query, doc) for doc in request.documents]
+        return EmbeddingReqInput(text_pairs=pairs, encoding_format=FORMAT_RAW, instruction=request.instruction)
+
+    def render(self, request: RerankRequest, result: EmbeddingResult, rid: Optional[str]) -> bytes:
+        logits = np.array([payload_to_array(p)[0] for p in result.payloads], dtype=np.float64)
+        tokens = sum(result.prompt_tokens)
+        body = {
+            "id": f"rerank-{rid or uuid.uuid4().hex}",
+            "model": self.served_model_name,
+            "results": rank(logits, request.documents, request.top_n, request.return_documents),
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+        return orjson.dumps(body)

@@ -1,0 +1,231 @@
+"""Messages between the processes: one family per link, all registered with the frame codec.
+
+The links:
+    HTTP / Engine --EmbeddingReqInput--> TokenizerManager
+    TokenizerManager --BatchTokenizedEmbeddingReqInput--> Scheduler (one of the --dp-size replicas)
+    Scheduler (every replica) --BatchEmbeddingOutput--> Detokenizer
+    Detokenizer --BatchEmbeddingResult--> TokenizerManager (the worker that asked)
+    TokenizerManager --AbortReq--> Scheduler (the replica holding the inputs)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+import numpy as np
+
+from sglang.srt.errors import ErrorKind
+from sglang.srt.wire.msgcodec import message
+
+# Output formats the detokenizer renders.
+FORMAT_FLOAT = "float"  # JSON array of numbers
+FORMAT_BASE64 = "base64"  # little-endian float32, base64 (what the openai client asks for)
+FORMAT_RAW = "raw"  # float32 bytes, for the in-process Engine
+ENCODING_FORMATS = (FORMAT_FLOAT, FORMAT_BASE64)
+# Sparse outputs ({token_id: weight}); asking for one of these runs the sparse head.
+FORMAT_SPARSE_DICT = "sparse_dict"  # JSON object {"<token id>": weight} (SGLang's /v1/embeddings)
+FORMAT_SPARSE_TEI = "sparse_tei"  # JSON [{"index": id, "value": w}] (TEI's /embed_sparse)
+FORMAT_SPARSE_TEI_TEXT = "sparse_tei_text"  # the same plus "text": the token's vocabulary string
+SPARSE_FORMATS = (FORMAT_SPARSE_DICT, FORMAT_SPARSE_TEI, FORMAT_SPARSE_TEI_TEXT)
+# base64 / raw payloads may carry another element type and byte order (vLLM's embed_dtype, endianness).
+EMBED_DTYPES = ("float32", "float16", "bfloat16")
+ENDIANNESS = ("little", "big")
+TRUNCATION_SIDES = ("left", "right")
+
+
+@dataclass
+class MultimodalItem:
+    """One `{"text": ..., "image": ...}` input (at least one of the two): one embedding, rendered
+    through the chat template; `image` is a URL, data URI, base64 string or allowed local path."""
+
+    text: Optional[str] = None
+    image: Optional[str] = None
+
+
+@dataclass
+class EmbeddingReqInput:
+    """What the HTTP route or Engine hands to the tokenizer manager; may hold many inputs."""
+
+    text: Optional[list[str]] = None
+    input_ids: Optional[list[list[int]]] = None
+    dimensions: Optional[int] = None
+    encoding_format: str = FORMAT_FLOAT
+    items: Optional[list[MultimodalItem]] = None  # instead of text / input_ids (frontend/multimodal/)
+    text_pairs: Optional[list[tuple[str, str]]] = None  # (query, document) pairs for cross-encoders
+    instruction: Optional[str] = None  # an LLM reranker's task instruction for text_pairs (None: its default)
+    # Per-token output (layers/token_outputs.py: "hidden", "query", "document"); None: pooled.
+    token_output: Optional[str] = None
+    # The format the answer shows per-token rows in when the route renders them itself from raw
+    # rows (vLLM's token_embed); None: encoding_format. Sized against --max-response-bytes.
+    response_format: Optional[str] = None
+    # Per-request tokenization (frontend/tokenization.py): over-long inputs are cut when `truncate`
+    # (None: --allow-auto-truncate) on `truncation_side`, at `max_tokens` (None: the context length),
+    # else refused; `prompt` is prefixed to every text input (sentence-transformers' prompts).
+    truncate: Optional[bool] = None
+    truncation_side: str = "right"
+    max_tokens: Optional[int] = None
+    add_special_tokens: bool = True
+    prompt: Optional[str] = None
+    # Per-request output: L2-normalize (None: as the checkpoint says), base64 element type and byte order.
+    normalize: Optional[bool] = None
+    embed_dtype: str = "float32"
+    endianness: str = "little"
+
+    @property
+    def batch_size(self) -> int:
+        if self.items is not None:
+            return len(self.items)
+        if self.text_pairs is not None:
+            return len(self.text_pairs)
+        return len(self.text) if self.text is not None else len(self.input_ids or [])
+
+    def split(self, size: int) -> list["EmbeddingReqInput"]:
+        """Consecutive parts of at most `size` inputs each (the offline Engine queues big calls in parts)."""
+        if self.batch_size <= size:
+            return [self]
+        fields = ("text", "input_ids", "items", "text_pairs")
+        return [
+            replace(self, **{f: getattr(self, f)[i : i + size] for f in fields if getattr(self, f) is not None})
+            for i in range(0, self.batch_size, size)
+        ]
+
+
+@message
+@dataclass
+class TokenizedEmbeddingReqInput:
+    """One input, tokenized. `rid` is unique per input; `worker_id` routes the answer home."""
+
+    rid: str
+    worker_id: int
+    input_ids: np.ndarray  # int32 [n]
+    token_type_ids: Optional[np.ndarray] = None  # int32 [n], BERT-style pairs
+    dimensions: Optional[int] = None
+    encoding_format: str = FORMAT_FLOAT
+    arrival_time: float = 0.0  # time.monotonic() when tokenized (same clock in every process)
+    # Images (Qwen2-VL), filled by frontend/multimodal/ for an input that has one:
+    pixel_values: Optional[np.ndarray] = None  # float32 [patches, C * T * P * P]
+    image_grid_thw: Optional[np.ndarray] = None  # int64 [images, 3]: (t, h, w) in patches
+    mrope_positions: Optional[np.ndarray] = None  # int64 [3, n]: M-RoPE (t, h, w) position per token
+    # Per-token output kind (EmbeddingReqInput.token_output), and for ColBERT query expansion the
+    # number of leading tokens that are keys (None: all of them).
+    token_output: Optional[str] = None
+    key_len: Optional[int] = None
+    # Output options: L2-normalize the vector (None: as the checkpoint says; the runner reads it),
+    # and the element type and byte order of base64 / raw payloads (the detokenizer reads them).
+    normalize: Optional[bool] = None
+    embed_dtype: str = "float32"
+    endianness: str = "little"
+    # W3C traceparent of the request's span when tracing is on (utils/tracing.py); None: untraced.
+    trace_context: Optional[str] = None
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def is_sparse(self) -> bool:
+        return self.encoding_format in SPARSE_FORMATS
+
+
+@message
+@dataclass
+class BatchTokenizedEmbeddingReqInput:
+    """All inputs of one HTTP request, sent as one multipart message."""
+
+    reqs: list[TokenizedEmbeddingReqInput] = field(default_factory=list)
+
+
+@message
+@dataclass
+class AbortReq:
+    rids: list[str] = field(default_factory=list)
+
+
+@message
+@dataclass
+class BatchEmbeddingOutput:
+    """Column-wise results of one forward pass (plus any requests rejected without one).
+
+    `embeddings` holds one float32 row per rid; rows of failed rids are zeros and carry an
+    `error_codes` entry other than 0 (an errors.ErrorKind) with the message beside it.
+    """
+
+    rids: list[str]
+    worker_ids: list[int]
+    embeddings: np.ndarray  # float32 [n, dim]
+    prompt_tokens: list[int]
+    dimensions: list[Optional[int]]
+    encoding_formats: list[str]
+    error_codes: list[int]
+    error_messages: list[Optional[str]]
+    queue_times: list[float]  # seconds waiting before the forward began
+    inference_time: float = 0.0  # seconds of the forward pass
+    # For /metrics in the HTTP process: the forward's shape (0 when answered without one) and
+    # how many inputs were still waiting in the scheduler when this output left it.
+    batch_size: int = 0
+    batch_tokens: int = 0
+    queue_length: int = 0
+    dp_rank: int = 0  # the scheduler replica that answered (--dp-size)
+    # Sparse rows: row i owns entries sparse_offsets[i]:sparse_offsets[i + 1] of the concatenated
+    # token ids and weights; only rows with a SPARSE_FORMATS format are rendered from them. None: no
+    # request of the batch asked for a sparse format.
+    sparse_indices: Optional[np.ndarray] = None  # int32 [N]
+    sparse_values: Optional[np.ndarray] = None  # float32 [N]
+    sparse_offsets: Optional[np.ndarray] = None  # int64 [n + 1]
+    # Per-token rows, packed like the sparse ones (model_executor/forward_io.ForwardOutput): row i
+    # has token_ids[token_offsets[i]:token_offsets[i + 1]] and that many vectors in
+    # token_values[token_value_offsets[i]:token_value_offsets[i + 1]]. None: no request asked.
+    token_values: Optional[np.ndarray] = None  # float32 [E]
+    token_ids: Optional[np.ndarray] = None  # int32 [N]
+    token_offsets: Optional[np.ndarray] = None  # int64 [n + 1]
+    token_value_offsets: Optional[np.ndarray] = None  # int64 [n + 1]
+    token_outputs: Optional[list[Optional[str]]] = None  # per row: its per-token kind, or None
+    # Per row, the request's output options (TokenizedEmbeddingReqInput's); None: all defaults.
+    normalize: Optional[list[Optional[bool]]] = None
+    embed_dtypes: Optional[list[str]] = None
+    endianness: Optional[list[str]] = None
+    # Per row: the request's traceparent, for the detokenizer's render spans. None: nothing traced.
+    trace_contexts: Optional[list[Optional[str]]] = None
+    # The forward pass's id (request_tracing.new_batch_id) when tracing is on: its spans and log lines.
+    batch_id: Optional[str] = None
+
+    @staticmethod
+    def failure(
+        reqs: list[TokenizedEmbeddingReqInput], kind: ErrorKind, msg: str, queue_length: int = 0, dp_rank: int = 0
+    ) -> "BatchEmbeddingOutput":
+        n = len(reqs)
+        return BatchEmbeddingOutput(
+            rids=[r.rid for r in reqs],
+            worker_ids=[r.worker_id for r in reqs],
+            embeddings=np.zeros((n, 0), dtype=np.float32),
+            prompt_tokens=[r.num_tokens for r in reqs],
+            dimensions=[r.dimensions for r in reqs],
+            encoding_formats=[r.encoding_format for r in reqs],
+            error_codes=[int(kind)] * n,
+            error_messages=[msg] * n,
+            queue_times=[0.0] * n,
+            queue_length=queue_length,
+            dp_rank=dp_rank,
+        )
+
+
+@message
+@dataclass
+class BatchEmbeddingResult:
+    """Rendered results for one tokenizer worker: each payload is a ready JSON value (bytes)."""
+
+    rids: list[str]
+    payloads: list[bytes]
+    prompt_tokens: list[int]
+    error_codes: list[int]
+    error_messages: list[Optional[str]]
+    queue_times: list[float]
+    inference_time: float = 0.0
+    batch_size: int = 0  # as in BatchEmbeddingOutput (the whole batch, across workers)
+    batch_tokens: int = 0
+    queue_length: int = 0
+    # Per-token rows: the JSON array of the token ids their vectors belong to (b"" for other rows);
+    # None when no row of this result has per-token output.
+    token_ids: Optional[list[bytes]] = None
+    dp_rank: int = 0
