@@ -18,8 +18,9 @@ from sglang.srt.wire.io_struct import (
     BatchTokenizedEmbeddingReqInput,
     EmbeddingReqInput,
 )
-from sglang.srt.wire.msgcodec import decode, encode
+from sglang.srt.wire.msgcodec import encode
 from test.helpers.model_info import make_model_info
+from test.helpers.zmq_peer import next_message, next_message_of, stays_quiet
 
 INFO = make_model_info(max_input_length=256, vocab_size=30522)
 
@@ -36,12 +37,7 @@ def replicas():
     port_args.cleanup()
 
 
-def _recv(sock, timeout_ms=3000):
-    assert sock.poll(timeout_ms), "nothing arrived"
-    return decode(sock.recv_multipart())
-
-
-def _answer(detok, rids, codes=None, dp_rank=0):
+def _answer(detok, rids, codes=None):
     """Play the detokenizer: `[i]` payloads (i: the input's number in the text), or error codes."""
     n = len(rids)
     codes = codes or [0] * n
@@ -54,9 +50,6 @@ def _answer(detok, rids, codes=None, dp_rank=0):
                 error_codes=codes,
                 error_messages=[None if c == 0 else QUEUE_FULL_MESSAGE for c in codes],
                 queue_times=[0.0] * n,
-                batch_size=n,
-                batch_tokens=3 * n,
-                dp_rank=dp_rank,
             )
         )
     )
@@ -75,14 +68,13 @@ def test_a_request_is_split_over_both_replicas_and_answered_in_input_order(repli
         tm = _make_tm(port_args, hf_tokenizer)
         texts = [f"text number {i}" for i in range(6)]
         task = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=texts)))
-        await asyncio.sleep(0.2)
-        parts = [_recv(s) for s in scheds]
+        parts = [await next_message(s) for s in scheds]
         assert all(isinstance(p, BatchTokenizedEmbeddingReqInput) for p in parts)
         assert sorted(len(p.reqs) for p in parts) == [3, 3]  # equal texts: an even split
         assert tm.router.loads[0].inputs == 3 and tm.router.loads[1].inputs == 3
         # Replica 1 answers first, each replica in reverse: the response is still in input order.
-        _answer(detok, [r.rid for r in parts[1].reqs][::-1], dp_rank=1)
-        _answer(detok, [r.rid for r in parts[0].reqs][::-1], dp_rank=0)
+        _answer(detok, [r.rid for r in parts[1].reqs][::-1])
+        _answer(detok, [r.rid for r in parts[0].reqs][::-1])
         result = await asyncio.wait_for(task, 5)
         rids_in_order = sorted((r.rid for p in parts for r in p.reqs), key=lambda rid: int(rid.rsplit("-", 1)[1]))
         assert result.payloads == [f"[{rid}]".encode() for rid in rids_in_order]
@@ -98,32 +90,27 @@ def test_a_part_a_full_replica_refuses_is_sent_to_the_other_one(replicas, hf_tok
     async def scenario():
         tm = _make_tm(port_args, hf_tokenizer)
         task = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["only one"])))
-        await asyncio.sleep(0.2)
-        first = next(i for i, s in enumerate(scheds) if s.poll(500))
-        part = _recv(scheds[first])
+        first, part = await next_message_of(scheds)
         rid = part.reqs[0].rid
-        _answer(detok, [rid], codes=[int(ErrorKind.QUEUE_FULL)], dp_rank=first)  # full (another worker filled it)
-        await asyncio.sleep(0.2)
-        again = _recv(scheds[1 - first])
+        _answer(detok, [rid], codes=[int(ErrorKind.QUEUE_FULL)])  # full (another worker filled it)
+        again = await next_message(scheds[1 - first])
         assert [r.rid for r in again.reqs] == [rid]
-        _answer(detok, [rid], dp_rank=1 - first)
+        _answer(detok, [rid])
         assert (await asyncio.wait_for(task, 5)).payloads == [f"[{rid}]".encode()]
 
         # Refused by both: 429, and the request's part elsewhere is aborted where it is queued.
         task = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["a", "b"])))
-        await asyncio.sleep(0.2)
-        a, b = (_recv(s) for s in scheds)
-        _answer(detok, [a.reqs[0].rid], codes=[int(ErrorKind.QUEUE_FULL)], dp_rank=0)
-        await asyncio.sleep(0.2)
-        moved = _recv(scheds[1])
+        a, b = [await next_message(s) for s in scheds]
+        _answer(detok, [a.reqs[0].rid], codes=[int(ErrorKind.QUEUE_FULL)])
+        moved = await next_message(scheds[1])
         assert [r.rid for r in moved.reqs] == [a.reqs[0].rid]
-        _answer(detok, [a.reqs[0].rid], codes=[int(ErrorKind.QUEUE_FULL)], dp_rank=1)
+        _answer(detok, [a.reqs[0].rid], codes=[int(ErrorKind.QUEUE_FULL)])
         with pytest.raises(EmbeddingError) as err:
             await asyncio.wait_for(task, 5)
         assert err.value.kind == ErrorKind.QUEUE_FULL
-        abort = _recv(scheds[1])
+        abort = await next_message(scheds[1])
         assert isinstance(abort, AbortReq) and abort.rids == [b.reqs[0].rid]
-        assert not scheds[0].poll(200)
+        assert await stays_quiet(scheds[0], 0.2)
         assert tm.num_in_flight == 0 and sum(load.inputs for load in tm.router.loads) == 0
         await tm.close()
 
@@ -136,12 +123,10 @@ def test_cancel_aborts_on_every_replica_that_holds_inputs(replicas, hf_tokenizer
     async def scenario():
         tm = _make_tm(port_args, hf_tokenizer)
         task = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["one", "two", "three", "four"])))
-        await asyncio.sleep(0.2)
-        parts = [_recv(s) for s in scheds]
+        parts = [await next_message(s) for s in scheds]
         task.cancel()
-        await asyncio.sleep(0.1)
         for sock, part in zip(scheds, parts):
-            abort = _recv(sock)
+            abort = await next_message(sock)
             assert isinstance(abort, AbortReq) and abort.rids == [r.rid for r in part.reqs]
         assert tm.num_in_flight == 0 and [load.inputs for load in tm.router.loads] == [0, 0]
         await tm.close()
@@ -157,12 +142,12 @@ def test_admission_counts_every_replica_and_refuses_only_when_all_are_full(repli
         tm = _make_tm(port_args, hf_tokenizer, max_queue_size=4, max_batch_size=2)
         assert tm.admission_limit == 8
         first = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["a", "b", "c", "d"])))
-        await asyncio.sleep(0.2)
-        assert [len(_recv(s).reqs) for s in scheds] == [2, 2]
+        assert [len((await next_message(s)).reqs) for s in scheds] == [2, 2]
         second = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["e", "f", "g"])))
-        await asyncio.sleep(0.2)
-        got = [_recv(s, 300) if s.poll(300) else None for s in scheds]
-        assert sum(len(m.reqs) for m in got if m) == 3
+        sent = 0
+        while sent < 3:  # its 3 inputs, on one replica or split over both
+            sent += len((await next_message_of(scheds))[1].reqs)
+        assert sent == 3
         assert tm.has_room(1) and not tm.has_room(2)
         with pytest.raises(EmbeddingError) as err:
             await tm.embed(EmbeddingReqInput(text=["h", "i"]))

@@ -17,15 +17,11 @@ from sglang.srt.wire.io_struct import (
     BatchTokenizedEmbeddingReqInput,
     EmbeddingReqInput,
 )
-from sglang.srt.wire.msgcodec import decode, encode
+from sglang.srt.wire.msgcodec import encode
 from test.helpers.model_info import make_model_info
+from test.helpers.zmq_peer import next_message, stays_quiet
 
 INFO = make_model_info(max_input_length=256, vocab_size=30522)
-
-
-def _recv(sock, timeout_ms=5000):
-    assert sock.poll(timeout_ms), "nothing arrived"
-    return decode(sock.recv_multipart())
 
 
 def _send_results(detok, rids, payloads, prompt_tokens, queue_times=None, inference_time=0.01, **batch):
@@ -55,8 +51,7 @@ def test_results_resolve_in_order_and_cancel_sends_abort(harness, hf_tokenizer):
         tm.start()
         detok = make_socket(ctx, zmq.PUSH, port_args.tokenizer_output(0), bind=False)
         task = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["first", "second"])))
-        await asyncio.sleep(0.2)
-        msg = _recv(sched)
+        msg = await next_message(sched)
         assert isinstance(msg, BatchTokenizedEmbeddingReqInput) and len(msg.reqs) == 2
         rids = [r.rid for r in msg.reqs]
         # Answer out of order: the result still comes back in input order.
@@ -66,18 +61,15 @@ def test_results_resolve_in_order_and_cancel_sends_abort(harness, hf_tokenizer):
 
         # A cancelled request (client gone) is aborted at the scheduler.
         task = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["third"])))
-        await asyncio.sleep(0.2)
-        queued = _recv(sched)
+        queued = await next_message(sched)
         task.cancel()
-        await asyncio.sleep(0.1)
-        abort = _recv(sched)
+        abort = await next_message(sched)
         assert isinstance(abort, AbortReq) and abort.rids == [queued.reqs[0].rid]
         assert tm.num_in_flight == 0
 
         # An error for one input fails the request and aborts its other inputs.
         task = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["a", "b"])))
-        await asyncio.sleep(0.2)
-        queued = _recv(sched)
+        queued = await next_message(sched)
         detok.send_multipart(
             encode(
                 BatchEmbeddingResult(
@@ -93,11 +85,11 @@ def test_results_resolve_in_order_and_cancel_sends_abort(harness, hf_tokenizer):
         with pytest.raises(EmbeddingError) as err:
             await asyncio.wait_for(task, 5)
         assert err.value.kind == ErrorKind.QUEUE_FULL
-        assert _recv(sched).rids == [queued.reqs[1].rid]
+        assert (await next_message(sched)).rids == [queued.reqs[1].rid]
 
         # The engine dying fails in-flight and later requests with 503.
         task = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["c"])))
-        await asyncio.sleep(0.2)
+        await next_message(sched)  # in flight at the scheduler
         tm.on_engine_dead("scheduler exited")
         with pytest.raises(EmbeddingError) as err:
             await task
@@ -157,8 +149,8 @@ def test_backstop_answers_504_and_aborts_when_no_answer_comes(harness, hf_tokeni
         with pytest.raises(EmbeddingError) as err:
             await asyncio.wait_for(tm.embed(EmbeddingReqInput(text=["never answered"])), 5)
         assert err.value.kind == ErrorKind.TIMEOUT and 0.35 < loop.time() - t0 < 2.0
-        queued = _recv(sched)
-        abort = _recv(sched)
+        queued = await next_message(sched)
+        abort = await next_message(sched)
         assert isinstance(abort, AbortReq) and abort.rids == [queued.reqs[0].rid]
         assert tm.num_in_flight == 0
         await tm.close()
@@ -175,8 +167,7 @@ def test_two_requests_keep_answers_apart_and_metrics_count(harness, hf_tokenizer
         detok = make_socket(ctx, zmq.PUSH, port_args.tokenizer_output(0), bind=False)
         first = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["one"])))
         second = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["two two"])))
-        await asyncio.sleep(0.2)
-        rids = [_recv(sched).reqs[0].rid for _ in range(2)]
+        rids = [(await next_message(sched)).reqs[0].rid for _ in range(2)]
         assert len(set(rids)) == 2  # every input gets a fresh internal id
         _send_results(
             detok,
@@ -185,9 +176,6 @@ def test_two_requests_keep_answers_apart_and_metrics_count(harness, hf_tokenizer
             [3, 4],
             queue_times=[0.01, 0.02],
             inference_time=0.03,
-            batch_size=2,
-            batch_tokens=7,
-            queue_length=4,
         )
         a, b = await asyncio.wait_for(asyncio.gather(first, second), 5)
         assert a.payloads == [b"[1.0]"] and b.payloads == [b"[2.0]"]
@@ -243,28 +231,25 @@ def test_refuses_at_once_when_its_inputs_in_flight_fill_queue_and_batch(harness,
         detok = make_socket(ctx, zmq.PUSH, port_args.tokenizer_output(0), bind=False)
         first = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["one", "two"])))
         second = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["three"])))
-        await asyncio.sleep(0.2)
-        sent = [_recv(sched), _recv(sched)]
+        sent = [await next_message(sched), await next_message(sched)]
         assert tm.num_in_flight == 3
 
         with pytest.raises(EmbeddingError) as err:  # 3 + 2 > 4: refused without reaching the scheduler
             await tm.embed(EmbeddingReqInput(text=["four", "five"]))
         assert err.value.kind == ErrorKind.QUEUE_FULL
         assert err.value.message == "Embedding request queue is full; retry later."
-        assert not sched.poll(200), "a refused request reached the scheduler"
+        assert await stays_quiet(sched, 0.2), "a refused request reached the scheduler"
         assert tm.num_in_flight == 3
 
         third = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["six"])))  # 3 + 1 fits
-        await asyncio.sleep(0.2)
-        sent.append(_recv(sched))
+        sent.append(await next_message(sched))
         rids = [r.rid for msg in sent for r in msg.reqs]
         _send_results(detok, rids, [b"[1.0]"] * 4, [3] * 4)
         for task in (first, second, third):
             await asyncio.wait_for(task, 5)
         assert tm.num_in_flight == 0
         later = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["four", "five"])))  # room again
-        await asyncio.sleep(0.2)
-        assert len(_recv(sched).reqs) == 2
+        assert len((await next_message(sched)).reqs) == 2
         later.cancel()
         with pytest.raises(asyncio.CancelledError):
             await later

@@ -58,17 +58,6 @@ def test_results_are_routed_per_worker_with_errors_kept():
     assert res[1].inference_time == 0.5
 
 
-def test_batch_shape_and_queue_length_reach_every_worker_through_the_codec():
-    from sglang.srt.wire.msgcodec import decode, encode
-
-    out = _out([[1.0], [2.0]], ["float"] * 2, workers=[0, 1])
-    out.batch_size, out.batch_tokens, out.queue_length, out.dp_rank = 2, 17, 5, 1
-    out = decode(encode(out))
-    for res in render_output(out).values():
-        res = decode(encode(res))
-        assert (res.batch_size, res.batch_tokens, res.queue_length, res.dp_rank) == (2, 17, 5, 1)
-
-
 def _with_options(out, normalize=None, dtypes=None, orders=None):
     out.normalize, out.embed_dtypes, out.endianness = normalize, dtypes, orders
     return out

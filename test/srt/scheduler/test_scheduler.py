@@ -122,7 +122,7 @@ def test_requests_queued_past_the_deadline_get_504_before_any_compute():
     assert out.rids == ["old1", "old2"] and out.error_codes == [ErrorKind.TIMEOUT] * 2 and wait == 0.0
     assert "--request-timeout" in out.error_messages[0]
     assert out.queue_times == [pytest.approx(2.6), pytest.approx(2.1)]
-    assert out.batch_size == 0 and out.queue_length == 1 and seen == []
+    assert out.batch_size == 0 and list(s.waiting) == ["young"] and seen == []
     out, wait = s.step()
     assert out.rids == ["young"] and out.error_codes == [0] and wait is None
     assert seen == [[3]]
@@ -160,24 +160,24 @@ def test_abort_frees_queue_room_at_once():
     assert list(s.waiting) == ["b", "c"]
 
 
-def test_outputs_carry_batch_shape_and_queue_length_for_metrics():
+def test_outputs_carry_batch_shape_for_metrics():
     s = Scheduler(_args(max_batch_size=2, max_queue_size=3), _sum_embed([]), Clock())
     s.add_requests([_req("a", 3), _req("b", 4), _req("c", 5)])
     rejected = s.add_requests([_req("d")])
-    assert rejected.queue_length == 3 and rejected.batch_size == 0
+    assert rejected.batch_size == 0 and rejected.error_codes == [ErrorKind.QUEUE_FULL]
     out, _ = s.step()
-    assert (out.batch_size, out.batch_tokens, out.queue_length) == (2, 7, 1)
+    assert (out.batch_size, out.batch_tokens) == (2, 7)
     out, _ = s.step()
-    assert (out.batch_size, out.batch_tokens, out.queue_length) == (1, 5, 0)
+    assert (out.batch_size, out.batch_tokens) == (1, 5)
 
 
-def test_a_replica_owns_its_share_of_the_queue_and_stamps_its_rank():
+def test_a_replica_owns_its_share_of_the_queue():
     """--dp-size 2, --max-queue-size 5: replica 0 queues 3, replica 1 queues 2 (5 server-wide)."""
     args = _args(max_queue_size=5, dp_size=2)
     first, second = (Scheduler(args, _sum_embed([]), Clock(), dp_rank=r) for r in (0, 1))
     assert (first.max_queue_size, second.max_queue_size) == (3, 2)
     assert second.add_requests([_req("a"), _req("b")]) is None
     refused = second.add_requests([_req("c")])
-    assert refused.error_codes == [ErrorKind.QUEUE_FULL] and refused.dp_rank == 1
+    assert refused.error_codes == [ErrorKind.QUEUE_FULL]
     out, _ = second.step()
-    assert out.rids == ["a", "b"] and out.dp_rank == 1
+    assert out.rids == ["a", "b"]

@@ -121,7 +121,8 @@ class BertEncoder(nn.Module):
 
 
 class BertModel(nn.Module):
-    """Returns per-token hidden states [T, hidden]; pooling happens in the model runner."""
+    """Returns per-token hidden states [T, hidden]; pooling happens in the output head
+    (model_executor/output_head.py)."""
 
     stacked_params_mapping = [
         ("self.qkv_proj.", "self.query.", "q"),

@@ -95,10 +95,6 @@ def render_output(
             [],
             [],
             out.inference_time,
-            batch_size=out.batch_size,
-            batch_tokens=out.batch_tokens,
-            queue_length=out.queue_length,
-            dp_rank=out.dp_rank,
         )
     )
     for i, rid in enumerate(out.rids):

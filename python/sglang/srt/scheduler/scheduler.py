@@ -71,9 +71,7 @@ class Scheduler:
                 len(self.waiting),
                 extra=self._log_extra(rejected),
             )
-            return BatchEmbeddingOutput.failure(
-                rejected, ErrorKind.QUEUE_FULL, QUEUE_FULL_MESSAGE, queue_length=len(self.waiting), dp_rank=self.dp_rank
-            )
+            return BatchEmbeddingOutput.failure(rejected, ErrorKind.QUEUE_FULL, QUEUE_FULL_MESSAGE)
         return None
 
     def abort(self, rids: list[str]) -> int:
@@ -108,8 +106,6 @@ class Scheduler:
                 expired,
                 ErrorKind.TIMEOUT,
                 REQUEST_TIMEOUT_MESSAGE,
-                queue_length=len(self.waiting),
-                dp_rank=self.dp_rank,
             )
             out.queue_times = [max(0.0, now - r.arrival_time) for r in expired]
             return out, (0.0 if self.waiting else None)
@@ -162,8 +158,6 @@ class Scheduler:
                 reqs,
                 ErrorKind.INTERNAL,
                 f"Internal error during the forward pass: {e}",
-                queue_length=len(self.waiting),
-                dp_rank=self.dp_rank,
             )
         elapsed = self.clock() - start
         if self.tracing.enabled:
@@ -193,8 +187,6 @@ class Scheduler:
             inference_time=elapsed,
             batch_size=n,
             batch_tokens=tokens,
-            queue_length=len(self.waiting),
-            dp_rank=self.dp_rank,
             sparse_indices=out.sparse_indices,
             sparse_values=out.sparse_values,
             sparse_offsets=out.sparse_offsets,

@@ -161,12 +161,10 @@ class BatchEmbeddingOutput:
     error_messages: list[Optional[str]]
     queue_times: list[float]  # seconds waiting before the forward began
     inference_time: float = 0.0  # seconds of the forward pass
-    # For /metrics in the HTTP process: the forward's shape (0 when answered without one) and
-    # how many inputs were still waiting in the scheduler when this output left it.
+    # The forward's shape (0 when answered without one), for the scheduler process's own batch
+    # metrics and memory watch; the renderer does not read them.
     batch_size: int = 0
     batch_tokens: int = 0
-    queue_length: int = 0
-    dp_rank: int = 0  # the scheduler replica that answered (--dp-size)
     # Sparse rows: row i owns entries sparse_offsets[i]:sparse_offsets[i + 1] of the concatenated
     # token ids and weights; only rows with a SPARSE_FORMATS format are rendered from them. None: no
     # request of the batch asked for a sparse format.
@@ -191,9 +189,7 @@ class BatchEmbeddingOutput:
     batch_id: Optional[str] = None
 
     @staticmethod
-    def failure(
-        reqs: list[TokenizedEmbeddingReqInput], kind: ErrorKind, msg: str, queue_length: int = 0, dp_rank: int = 0
-    ) -> "BatchEmbeddingOutput":
+    def failure(reqs: list[TokenizedEmbeddingReqInput], kind: ErrorKind, msg: str) -> "BatchEmbeddingOutput":
         n = len(reqs)
         return BatchEmbeddingOutput(
             rids=[r.rid for r in reqs],
@@ -205,8 +201,6 @@ class BatchEmbeddingOutput:
             error_codes=[int(kind)] * n,
             error_messages=[msg] * n,
             queue_times=[0.0] * n,
-            queue_length=queue_length,
-            dp_rank=dp_rank,
         )
 
 
@@ -222,10 +216,6 @@ class BatchEmbeddingResult:
     error_messages: list[Optional[str]]
     queue_times: list[float]
     inference_time: float = 0.0
-    batch_size: int = 0  # as in BatchEmbeddingOutput (the whole batch, across workers)
-    batch_tokens: int = 0
-    queue_length: int = 0
     # Per-token rows: the JSON array of the token ids their vectors belong to (b"" for other rows);
     # None when no row of this result has per-token output.
     token_ids: Optional[list[bytes]] = None
-    dp_rank: int = 0
