@@ -75,6 +75,14 @@ def test_token_ids_beyond_int64_are_400(hf_tokenizer, ids):
     assert e.kind == ErrorKind.INVALID_REQUEST and "outside the vocabulary" in e.message
 
 
+def test_token_id_outside_the_vocabulary_names_langchains_setting(hf_tokenizer):
+    # tiktoken's cl100k ids run to 100,276: what LangChain's OpenAIEmbeddings sends by default
+    e = _err(lambda: _tok(hf_tokenizer).tokenize(EmbeddingReqInput(input_ids=[[101, 2023], [9906, 100256]])))
+    assert e.kind == ErrorKind.INVALID_REQUEST and e.param == "input"
+    assert "Token id 100256 at index 1 is outside the vocabulary [0, 30522)" in e.message
+    assert "check_embedding_ctx_length=False" in e.message and "LangChain" in e.message
+
+
 # ----- per-request options (vLLM truncate_prompt_tokens, TEI truncate/truncation_direction, prompts) -----
 TEXT = "one two three four five six seven eight nine ten"
 

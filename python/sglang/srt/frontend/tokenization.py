@@ -27,6 +27,14 @@ from sglang.srt.wire.io_struct import EmbeddingReqInput
 TokenizedItem = tuple[np.ndarray, Optional[np.ndarray]]  # (input_ids, token_type_ids)
 
 
+# Most clients that send token ids meant for another model are LangChain's OpenAIEmbeddings, which
+# by default splits texts with tiktoken and sends OpenAI's ids.
+TIKTOKEN_HINT = (
+    "Token ids must come from this model's tokenizer; LangChain's OpenAIEmbeddings sends OpenAI (tiktoken) "
+    "ids unless it is made with check_embedding_ctx_length=False, which sends the text."
+)
+
+
 def too_long_message(n: int, limit: int, index: Optional[int] = None) -> str:
     where = "" if index is None else f" at index {index}"
     return f"The input{where} ({n} tokens) is longer than the model's context length ({limit} tokens)."
@@ -250,7 +258,7 @@ class InputTokenizer:
                 bad = int(arr[(arr < 0) | (arr >= self.vocab_size)][0])
                 raise EmbeddingError(
                     ErrorKind.INVALID_REQUEST,
-                    f"Token id {bad}{where} is outside the vocabulary [0, {self.vocab_size}).",
+                    f"Token id {bad}{where} is outside the vocabulary [0, {self.vocab_size}). {TIKTOKEN_HINT}",
                     param="input",
                 )
             out.append((self._limit(arr, req, i).astype(np.int32), None))
