@@ -51,10 +51,6 @@ class ReplicaRouter:
         """Inputs this process may still send, over all replicas."""
         return sum(self.policy.room(self.loads))
 
-    def capacity(self) -> int:
-        """Inputs this process keeps in flight at most (every replica's capacity)."""
-        return sum(self.policy.capacities)
-
     # ----- sending -----
     def dispatch(self, reqs: list[TokenizedEmbeddingReqInput]) -> Optional[list[asyncio.Future]]:
         """Place the inputs on replicas and send them; None (nothing sent) when they do not fit.

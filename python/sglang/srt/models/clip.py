@@ -223,9 +223,6 @@ class TwoTowerModel(nn.Module):
     def pool_text(self, hidden: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
         return self.project_text(self.text_model.pool(hidden, fb))
 
-    def encode_text(self, fb: ForwardBatch) -> torch.Tensor:
-        return self.pool_text(self.forward(fb), fb)
-
     def encode_images(self, fb: ForwardBatch, pixels: torch.Tensor, grids: np.ndarray) -> torch.Tensor:
         return self.project_image(self.vision_model(fb, pixels, grids))
 

@@ -18,17 +18,6 @@ def get_free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def is_port_available(host: str, port: int) -> bool:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-        return True
-
-
 @dataclass(frozen=True)
 class PortArgs:
     """The IPC endpoints of one engine, all inside a private 0700 directory."""
