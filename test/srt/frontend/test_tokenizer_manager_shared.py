@@ -12,8 +12,8 @@ from sglang.srt.frontend.tokenizer_manager import TokenizerManager
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.off_loop import INLINE_WORK
 from sglang.srt.wire.io_struct import EmbeddingReqInput
-from sglang.srt.wire.msgcodec import decode
 from test.helpers.model_info import make_model_info
+from test.helpers.zmq_peer import next_message
 
 INFO = make_model_info(max_input_length=256, vocab_size=30522, pair_token_types=True)
 
@@ -25,11 +25,7 @@ def test_pairs_reach_the_scheduler_with_their_token_types(harness, hf_tokenizer)
         tm = TokenizerManager(ServerArgs(), port_args, INFO, tokenizer=hf_tokenizer)
         tm.start()
         task = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text_pairs=[("hello", "big world")] * 2)))
-        for _ in range(100):
-            if sched.poll(0):
-                break
-            await asyncio.sleep(0.02)
-        msg = decode(sched.recv_multipart())
+        msg = await next_message(sched)
         task.cancel()
         await tm.close()
         return msg
