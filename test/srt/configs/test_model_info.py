@@ -8,7 +8,17 @@ import pickle
 import orjson
 import pytest
 
-from sglang.srt.configs.model_info import ModelInfo, OutputKind, ReplicaInfo, VisionInfo
+from sglang.srt.configs.colbert_config import ColbertConfig
+from sglang.srt.configs.model_info import (
+    Capability,
+    ImagePath,
+    ModelInfo,
+    OutputKind,
+    ReplicaInfo,
+    VisionInfo,
+    image_path_of,
+)
+from sglang.srt.configs.model_registry import ModelRegistry
 from test.helpers.model_info import make_model_info
 
 # The keys /model_info (and Engine.get_model_info) have always shown, less the three the route adds.
@@ -48,6 +58,7 @@ MODEL_INFO_KEYS = {
     "replicas",
     "memory",
     "rerank_prompt",
+    "capabilities",
 }
 
 
@@ -82,8 +93,6 @@ def test_to_dict_keeps_the_model_info_keys_as_plain_json_values():
         {"dp_rank": 1, "device": "cuda:1", "cpu_cores": None, "cpu_threads": None},
     ]
     assert orjson.loads(orjson.dumps(out)) == out
-    from sglang.srt.configs.colbert_config import ColbertConfig
-
     colbert = make_model_info(colbert=ColbertConfig("checkpoint", dim=8, skiplist_words=(".",))).to_dict()
     assert colbert["colbert"]["dim"] == 8 and orjson.loads(orjson.dumps(colbert)) == colbert
     from sglang.srt.configs.llm_reranker import QWEN3_RERANKER
@@ -92,6 +101,7 @@ def test_to_dict_keeps_the_model_info_keys_as_plain_json_values():
     plain = make_model_info().to_dict()
     assert plain["rerank_prompt"] is None
     assert plain["vision"] is None and plain["labels"] is None and plain["embeddings_output"] == "dense"
+    assert plain["capabilities"] == ["embed", "token_embed"]
 
 
 def test_it_crosses_the_ready_pipe_and_stays_frozen():
@@ -101,3 +111,47 @@ def test_it_crosses_the_ready_pipe_and_stays_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         back.embedding_dim = 1  # type: ignore[misc]
     assert isinstance(back, ModelInfo)
+
+
+C = Capability
+TOWER = VisionInfo(model_dir="/m", kind=ImagePath.TOWER, patch_size=16)
+GME = VisionInfo(model_dir="/m", image_token_id=5, spatial_merge_size=2)
+COLBERT = ColbertConfig("checkpoint", dim=8)
+
+
+@pytest.mark.parametrize(
+    "fields, expected",
+    [
+        ({}, {C.EMBED, C.TOKEN_EMBED}),  # MiniLM
+        ({"embeddings_output": OutputKind.LOGITS, "labels": ("score",)}, {C.CLASSIFY, C.RERANK}),
+        ({"embeddings_output": OutputKind.LOGITS, "labels": ("neg", "pos")}, {C.CLASSIFY}),
+        ({"embeddings_output": OutputKind.SPARSE, "sparse_head": "splade"}, {C.SPARSE, C.TOKEN_EMBED}),
+        ({"embeddings_output": OutputKind.SPARSE, "sparse_head": "linear"}, {C.SPARSE, C.TOKEN_EMBED}),
+        ({"sparse_head": "linear", "colbert": COLBERT}, {C.EMBED, C.SPARSE, C.MULTI_VECTOR, C.TOKEN_EMBED}),  # bge-m3
+        ({"embeddings_output": OutputKind.MULTI_VECTOR, "colbert": COLBERT}, {C.MULTI_VECTOR, C.TOKEN_EMBED}),
+        ({"vision": TOWER}, {C.EMBED, C.IMAGE}),  # CLIP / SigLIP: one vector per item
+        ({"vision": GME}, {C.EMBED, C.TOKEN_EMBED, C.IMAGE}),  # Qwen2-VL / GME
+    ],
+)
+def test_capabilities_are_derived_once_from_the_fields(fields, expected):
+    info = make_model_info(**fields)
+    assert info.capabilities == frozenset(expected)
+    assert info.is_classifier is (C.CLASSIFY in expected)
+    assert info.to_dict()["capabilities"] == sorted(c.value for c in expected)
+
+
+def test_capabilities_follow_a_replace_and_cannot_be_passed():
+    sparse = make_model_info(embeddings_output=OutputKind.SPARSE, sparse_head="splade")
+    assert C.EMBED not in sparse.capabilities
+    assert C.EMBED in dataclasses.replace(sparse, embeddings_output=OutputKind.DENSE).capabilities
+    with pytest.raises(TypeError):
+        make_model_info(capabilities=frozenset({C.RERANK}))
+
+
+def test_one_image_path_per_architecture():
+    assert image_path_of(ModelRegistry.spec("CLIPModel")) is ImagePath.TOWER
+    assert image_path_of(ModelRegistry.spec("Qwen2VLForConditionalGeneration")) is ImagePath.LM_TOKENS
+    assert image_path_of(ModelRegistry.spec("BertModel")) is None
+    assert make_model_info(vision=TOWER).image_path is ImagePath.TOWER
+    assert make_model_info(vision=GME).image_path is ImagePath.LM_TOKENS and make_model_info().image_path is None
+    assert make_model_info(vision=TOWER).to_dict()["vision"]["kind"] == "image_text"

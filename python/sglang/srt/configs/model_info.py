@@ -9,7 +9,7 @@ which renders `to_dict()`.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Optional
 
@@ -26,8 +26,32 @@ class OutputKind(str, Enum):
     MULTI_VECTOR = "multi_vector"  # one vector per token (ColBERT checkpoints)
 
 
-VISION_QWEN2_VL = "qwen2_vl"  # image patches become tokens of the language model (GME)
-VISION_IMAGE_TEXT = "image_text"  # a separate image tower: each item is a text or an image (CLIP, SigLIP)
+class ImagePath(str, Enum):
+    """How a model takes images, decided once from its architecture (`image_path_of`); the value is
+    what `/model_info` shows as `vision.kind`."""
+
+    LM_TOKENS = "qwen2_vl"  # image patches become tokens of the language model (Qwen2-VL / GME)
+    TOWER = "image_text"  # a separate image tower: each item is a text or an image (CLIP, SigLIP)
+
+
+def image_path_of(spec: Any) -> Optional[ImagePath]:
+    """The image path of a model registry entry (configs/model_registry.ModelSpec); None: text only."""
+    if spec.image_text:
+        return ImagePath.TOWER
+    return ImagePath.LM_TOKENS if spec.image_inputs else None
+
+
+class Capability(str, Enum):
+    """What a served model can answer. Computed once, when its ModelInfo is made; every route asks
+    `ModelInfo.capabilities` instead of re-deriving it from the output kind, labels and heads."""
+
+    EMBED = "embed"  # one pooled dense vector per input (TEI /embed, Cohere /v2/embed)
+    CLASSIFY = "classify"  # class logits per input (/v1/classify, TEI /predict)
+    RERANK = "rerank"  # one relevance logit per (query, document) pair: a one-label cross-encoder
+    SPARSE = "sparse"  # {token_id: weight} rows from a sparse head (/embed_sparse)
+    MULTI_VECTOR = "multi_vector"  # a ColBERT head's per-token vectors; /v1/rerank ranks by MaxSim
+    TOKEN_EMBED = "token_embed"  # every token's hidden state (/embed_all, vLLM's token_embed)
+    IMAGE = "image"  # image inputs (see ModelInfo.image_path for which way they go)
 
 
 @dataclass(frozen=True)
@@ -37,8 +61,8 @@ class VisionInfo:
     model_dir: str  # where the image processor's preprocessor_config.json lives
     image_token_id: Optional[int] = None  # Qwen2-VL
     spatial_merge_size: Optional[int] = None  # Qwen2-VL
-    kind: str = VISION_QWEN2_VL
-    # Image towers (VISION_IMAGE_TEXT): patch size in pixels, and whether a class token leads the
+    kind: ImagePath = ImagePath.LM_TOKENS
+    # Image towers (ImagePath.TOWER): patch size in pixels, and whether a class token leads the
     # patches (CLIP); an image counts 1 + patches (or patches) tokens.
     patch_size: Optional[int] = None
     class_token: bool = False
@@ -101,10 +125,20 @@ class ModelInfo:
     memory: Optional[dict[str, Any]] = None  # the scheduler's allocator set-up (utils/allocator.py)
     # LLM rerankers (Qwen3-Reranker): the prompt /v1/rerank wraps each pair in (None: pairs as given).
     rerank_prompt: Optional[RerankPrompt] = None
+    # Derived from the fields above in __post_init__ (also after dataclasses.replace), never passed.
+    capabilities: frozenset[Capability] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "capabilities", derive_capabilities(self))
 
     @property
     def is_classifier(self) -> bool:
-        return self.embeddings_output is OutputKind.LOGITS
+        return Capability.CLASSIFY in self.capabilities
+
+    @property
+    def image_path(self) -> Optional[ImagePath]:
+        """None: the model takes no images."""
+        return self.vision.kind if self.vision is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values (lists, strings), as `/model_info` and Engine.get_model_info() show them."""
@@ -112,6 +146,9 @@ class ModelInfo:
         out["matryoshka_dimensions"] = _list(self.matryoshka_dimensions)
         out["labels"] = _list(self.labels)
         out["vision"] = dataclasses.asdict(self.vision) if self.vision is not None else None
+        if self.vision is not None:
+            out["vision"]["kind"] = self.vision.kind.value
+        out["capabilities"] = sorted(c.value for c in self.capabilities)
         out["embeddings_output"] = self.embeddings_output.value
         out["rerank_prompt"] = self.rerank_prompt.name if self.rerank_prompt is not None else None
         if self.colbert is not None:
@@ -120,6 +157,27 @@ class ModelInfo:
         out["prompts"] = dict(self.prompts)
         out["replicas"] = [r.to_dict() for r in self.replicas]
         return out
+
+
+def derive_capabilities(info: ModelInfo) -> frozenset[Capability]:
+    """The one place that reads the output kind, labels, heads and vision info as capabilities."""
+    caps: set[Capability] = set()
+    kind = info.embeddings_output
+    if kind is OutputKind.DENSE:
+        caps.add(Capability.EMBED)
+    if kind is OutputKind.LOGITS:
+        caps.add(Capability.CLASSIFY)
+        if len(info.labels or ()) == 1:
+            caps.add(Capability.RERANK)
+    if info.sparse_head is not None:
+        caps.add(Capability.SPARSE)
+    if info.colbert is not None and kind is not OutputKind.LOGITS:
+        caps.add(Capability.MULTI_VECTOR)
+    if kind is not OutputKind.LOGITS and info.image_path is not ImagePath.TOWER:
+        caps.add(Capability.TOKEN_EMBED)
+    if info.vision is not None:
+        caps.add(Capability.IMAGE)
+    return frozenset(caps)
 
 
 def _list(values: Optional[tuple]) -> Optional[list]:

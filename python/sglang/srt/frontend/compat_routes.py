@@ -15,7 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 
-from sglang.srt.configs.model_info import ModelInfo
+from sglang.srt.configs.model_info import Capability, ModelInfo
 from sglang.srt.configs.prompts import resolve_prompt
 from sglang.srt.errors import EmbeddingError
 from sglang.srt.frontend.cohere.protocol import CohereEmbedRequest
@@ -48,12 +48,11 @@ def model_card(server_args: ServerArgs, model_info: ModelInfo, name: str, create
 
 
 def infinity_capabilities(model_info: ModelInfo) -> list[str]:
-    if model_info.is_classifier:
-        return ["classify", "rerank"] if len(model_info.labels or ()) == 1 else ["classify"]
-    caps = ["embed"]
-    if model_info.vision is not None:
-        caps.append("image_embed")
-    return caps
+    """Infinity's names for what the model serves: its embed / classify / rerank / image_embed."""
+    caps = model_info.capabilities
+    if Capability.CLASSIFY in caps:
+        return ["classify", "rerank"] if Capability.RERANK in caps else ["classify"]
+    return ["embed", "image_embed"] if Capability.IMAGE in caps else ["embed"]
 
 
 def add_compat_routes(

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from sglang.srt.configs.model_config import ModelConfig
-from sglang.srt.configs.model_info import ModelInfo, ReplicaInfo
+from sglang.srt.configs.model_info import ImagePath, ModelInfo, ReplicaInfo, image_path_of
 from sglang.srt.configs.model_registry import ModelRegistry
 from sglang.srt.layers.attention.layer import AttentionLayer
 from sglang.srt.layers.attention.registry import create_attention_backend, needs_position_bias
@@ -80,9 +80,9 @@ class ModelRunner:
         if self.device.type == "cpu":
             prepack_cpu_linears(self.model)
         self.output_head = OutputHead.build(self.model_config, self.model, self.device, server_args)
-        self.image_text = (
-            ImageTextRunner(self) if ModelRegistry.spec(self.model_config.architecture).image_text else None
-        )
+        # How this model takes images, decided once here; ModelInfo.vision carries it to the HTTP side.
+        self.image_path = image_path_of(ModelRegistry.spec(self.model_config.architecture))
+        self.image_text = ImageTextRunner(self) if self.image_path is ImagePath.TOWER else None
         if self.device.type == "cpu" and self.model_config.dtype == torch.bfloat16 and cpu_bf16_units() is None:
             logger.warning(SLOW_BF16_WARNING)
         self.graph_runner = self._capture_cuda_graphs()
@@ -166,7 +166,7 @@ class ModelRunner:
             cuda_graph=self.graph_runner is not None,
             cpu_threads=torch.get_num_threads() if self.device.type == "cpu" else None,
             cpu_bf16_units=cpu_bf16_units() if self.device.type == "cpu" else None,
-            vision=vision_info(mc),  # None, or what the tokenizer side needs for image inputs
+            vision=vision_info(mc, self.image_path),  # None, or what the tokenizer side needs for image inputs
             prompts=mc.prompts,
             default_prompt=mc.default_prompt,
             prompt_in_pooling=mc.st_info.include_prompt,
@@ -238,7 +238,8 @@ class ModelRunner:
         with the sparse rows too when some input asked for a sparse format)."""
         if self.image_text is not None:  # CLIP / SigLIP: each input is a text or an image
             return self.image_text.run(reqs)
-        if has_images(reqs):  # one vision forward for all images, one LM forward for all tokens
+        # Qwen2-VL: a batch with images runs one vision forward for all of them, one LM forward for all tokens.
+        if self.image_path is ImagePath.LM_TOKENS and has_images(reqs):
             return self.run_multimodal(reqs)
         token_rows = [getattr(r, "token_output", None) for r in reqs]
         if any(r.is_sparse for r in reqs) or any(k is not None for k in token_rows):

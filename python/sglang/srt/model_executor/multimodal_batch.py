@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from sglang.srt.configs.model_info import VISION_IMAGE_TEXT, VisionInfo
+from sglang.srt.configs.model_info import ImagePath, VisionInfo
 from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_executor.forward_io import ForwardInput
 
@@ -54,22 +54,20 @@ def build_multimodal_batch(
     return fb
 
 
-def vision_info(model_config) -> Optional[VisionInfo]:
-    """What the tokenizer side needs to turn images into tokens (None: the model takes no images):
-    ModelRunner.model_info() carries it to the HTTP processes."""
-    from sglang.srt.configs.model_registry import ModelRegistry
-
-    spec = ModelRegistry.spec(model_config.architecture)
-    if not spec.image_inputs:
+def vision_info(model_config, path: Optional[ImagePath]) -> Optional[VisionInfo]:
+    """What the tokenizer side needs to turn images into tokens (None: the model takes no images),
+    for the image path ModelRunner decided (configs/model_info.image_path_of); ModelRunner.model_info()
+    carries it to the HTTP processes."""
+    if path is None:
         return None
     cfg = model_config.hf_config
-    if spec.image_text:  # CLIP / SigLIP: the image tower's patches (models/clip.py, models/siglip.py)
+    if path is ImagePath.TOWER:  # CLIP / SigLIP: the image tower's patches (models/clip.py, models/siglip.py)
         vision = cfg.vision_config
         class_token = model_config.architecture == "CLIPModel"
         size = getattr(vision, "image_size", None)  # SigLIP 2 (NaFlex) has none: sizes vary
         return VisionInfo(
             model_dir=model_config.model_path,
-            kind=VISION_IMAGE_TEXT,
+            kind=ImagePath.TOWER,
             patch_size=int(vision.patch_size),
             class_token=class_token,
             image_tokens=(int(size) // int(vision.patch_size)) ** 2 + class_token if size else None,

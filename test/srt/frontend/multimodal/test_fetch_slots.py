@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from sglang.srt.frontend.multimodal.fetch_slots import FetchClient, FetchSlots
+from test.helpers.waiting import wait_until_async
 
 
 async def _fetch(slots: FetchSlots, client: FetchClient, seconds: float, log: list, name: str) -> None:
@@ -22,7 +23,7 @@ def test_a_request_uses_its_share_and_another_starts_at_once():
         first, second = slots.client(share=2), slots.client(share=2)
         log: list = []
         burst = asyncio.gather(*(_fetch(slots, first, 0.02, log, "first") for _ in range(10)))
-        await asyncio.sleep(0.005)
+        assert await wait_until_async(lambda: slots.open == 2, 1.0)  # the first request holds its share
         await _fetch(slots, second, 0, log, "second")  # not queued behind the first request's ten
         await burst
         return log
@@ -39,9 +40,9 @@ def test_a_free_slot_goes_to_the_request_with_fewest_fetches_open():
         log: list = []
         hold_a = asyncio.ensure_future(_fetch(slots, a, 0.2, log, "a1"))
         hold_b = asyncio.ensure_future(_fetch(slots, b, 0.05, log, "b1"))  # its slot frees first
-        await asyncio.sleep(0.01)
+        assert await wait_until_async(lambda: slots.open == 2, 1.0)
         a2 = asyncio.ensure_future(_fetch(slots, a, 0, log, "a2"))  # asks first, but a has one open
-        await asyncio.sleep(0.01)
+        assert await wait_until_async(lambda: len(slots._waiters) == 1, 1.0)
         c = slots.client(share=2)
         c1 = asyncio.ensure_future(_fetch(slots, c, 0, log, "c1"))  # none open: goes first
         await asyncio.gather(hold_a, hold_b, a2, c1)
@@ -56,10 +57,10 @@ def test_a_slow_fetch_gives_up_its_slot_after_one_turn():
         slots = FetchSlots(2, turn=0.1, open_limit=3)
         log: list = []
         slow = [asyncio.ensure_future(_fetch(slots, slots.client(1), 1.0, log, f"slow{i}")) for i in range(2)]
-        await asyncio.sleep(0.01)
+        assert await wait_until_async(lambda: slots.open == 2, 1.0)
         await _fetch(slots, slots.client(1), 0, log, "newcomer")  # waits one turn, not 1 s
         fourth = asyncio.ensure_future(_fetch(slots, slots.client(1), 0.5, log, "fourth"))
-        await asyncio.sleep(0.01)
+        assert await wait_until_async(lambda: slots.open == 3, 1.0)
         blocker = asyncio.ensure_future(_fetch(slots, slots.client(1), 0.5, log, "blocker"))
         await asyncio.gather(*slow, fourth, blocker)
         return {name: (waited, in_turn, opened) for name, waited, in_turn, opened in log}
@@ -83,7 +84,7 @@ def test_the_issue_case_a_victim_starts_within_a_turn():
             for i, client in enumerate(slots.client(share=2) for _ in range(12))
             for _ in range(2)
         ]
-        await asyncio.sleep(0.6)
+        assert await wait_until_async(lambda: slots.open == len(attack), 5.0)  # every drip has begun
         await _fetch(slots, slots.client(share=2), 0, log, "victim")
         for task in attack:
             task.cancel()
@@ -103,9 +104,9 @@ def test_cancelled_waits_leave_nothing_behind():
         log: list = []
         a = slots.client(share=1)
         holder = asyncio.ensure_future(_fetch(slots, a, 0.05, log, "holder"))
-        await asyncio.sleep(0.01)
+        assert await wait_until_async(lambda: slots.open == 1, 1.0)
         waiting = asyncio.ensure_future(_fetch(slots, slots.client(share=1), 0, log, "cancelled"))
-        await asyncio.sleep(0.01)
+        assert await wait_until_async(lambda: len(slots._waiters) == 1, 1.0)
         waiting.cancel()
         await asyncio.gather(holder, waiting, return_exceptions=True)
         assert slots.open == 0 and not slots._waiters

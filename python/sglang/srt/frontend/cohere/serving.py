@@ -16,7 +16,7 @@ from typing import Optional
 import numpy as np
 import orjson
 
-from sglang.srt.configs.model_info import OutputKind
+from sglang.srt.configs.model_info import Capability
 from sglang.srt.frontend.cohere.protocol import TRUNCATE_MODES, CohereEmbedRequest
 from sglang.srt.frontend.embed_options import check_choice, invalid, set_output
 from sglang.srt.frontend.embedding_types import by_type, check_embedding_types
@@ -65,7 +65,7 @@ class CohereServingEmbed(OpenAIServingBase[CohereEmbedRequest]):
         validate_dimensions(request.output_dimension, self.tm.model_info, self.served_model_name)
         if self.tm.model_info.is_classifier:
             raise invalid(f"Model '{self.served_model_name}' is a classifier, not an embedding model.", "model")
-        if self.tm.model_info.embeddings_output is not OutputKind.DENSE:
+        if Capability.EMBED not in self.tm.model_info.capabilities:
             raise invalid(
                 f"Model '{self.served_model_name}' has no dense vector for /v2/embed; use /v1/embeddings.", "model"
             )

@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from sglang.srt.configs.chat_template import PromptTemplate, load_chat_template
-from sglang.srt.configs.model_info import VISION_IMAGE_TEXT, ModelInfo
+from sglang.srt.configs.model_info import ImagePath, ModelInfo
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.frontend.multimodal.image_errors import (
     URL_FAILED_MESSAGE,
@@ -73,7 +73,7 @@ class MultimodalPreparer:
         self.loader: Optional[ImageLoader] = None
         # CLIP / SigLIP: an item is a text or an image, the image going to the model's image tower.
         self.towers: Optional[TowerImages] = None
-        if vision is not None and vision.kind == VISION_IMAGE_TEXT:
+        if model_info.image_path is ImagePath.TOWER:
             self.towers = TowerImages(vision.model_dir, vision.patch_size, vision.class_token, vision.image_tokens)
             self.loader = ImageLoader(server_args, self.towers)
         elif vision is not None:

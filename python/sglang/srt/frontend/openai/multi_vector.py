@@ -14,7 +14,7 @@ from typing import Optional
 
 import numpy as np
 
-from sglang.srt.configs.model_info import ModelInfo, OutputKind
+from sglang.srt.configs.model_info import Capability, ModelInfo, OutputKind
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.frontend.input_types import check_input_type, token_side
 
@@ -34,7 +34,7 @@ def multi_vector_output(
                 param="multi_vector",
             )
         return None
-    if model_info.colbert is None:
+    if Capability.MULTI_VECTOR not in model_info.capabilities:
         raise EmbeddingError(
             ErrorKind.INVALID_REQUEST,
             f"Model '{served}' has no multi-vector head (a ColBERT checkpoint or bge-m3's colbert_linear.pt); "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from sglang.srt.configs.model_info import VISION_IMAGE_TEXT, ModelInfo
+from sglang.srt.configs.model_info import Capability, ModelInfo
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.frontend.embed_options import set_prompt, set_truncation_tei
 from sglang.srt.frontend.http.error_styles import TeiError, tei_empty
@@ -25,30 +25,28 @@ from sglang.srt.wire.io_struct import FORMAT_FLOAT, EmbeddingReqInput
 
 
 def check_per_token_model(model_info: ModelInfo, served: str, route: str) -> None:
-    """The models whose every token's hidden state can be served (/embed_all, vLLM's /pooling
-    `token_embed`): text encoders and decoders, not classifiers or CLIP / SigLIP (TEI's 424 Backend
-    on TEI's routes)."""
+    """The models whose every token's hidden state can be served (Capability.TOKEN_EMBED: /embed_all,
+    vLLM's /pooling `token_embed`): text encoders and decoders, not classifiers or CLIP / SigLIP
+    (TEI's 424 Backend on TEI's routes)."""
+    if Capability.TOKEN_EMBED in model_info.capabilities:
+        return
     if model_info.is_classifier:
         raise EmbeddingError(
             ErrorKind.INVALID_REQUEST,
             f"Model '{served}' is a classifier; {route} serves embedding models.",
             param="model",
         )
-    if model_info.vision is not None and model_info.vision.kind == VISION_IMAGE_TEXT:
-        raise EmbeddingError(
-            ErrorKind.INVALID_REQUEST,
-            f"Model '{served}' is a text-image model (CLIP / SigLIP) with one vector per input; {route} serves "
-            "text encoders.",
-            param="model",
-        )
+    # The only other models without it: image towers.
+    raise EmbeddingError(
+        ErrorKind.INVALID_REQUEST,
+        f"Model '{served}' is a text-image model (CLIP / SigLIP) with one vector per input; {route} serves "
+        "text encoders.",
+        param="model",
+    )
 
 
 def serves_per_token(model_info: ModelInfo) -> bool:
-    try:
-        check_per_token_model(model_info, "", "")
-    except EmbeddingError:
-        return False
-    return True
+    return Capability.TOKEN_EMBED in model_info.capabilities
 
 
 class ServingEmbedAll(OpenAIServingBase[EmbedAllRequest]):

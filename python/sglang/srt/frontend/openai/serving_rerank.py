@@ -19,6 +19,7 @@ from typing import Optional
 import numpy as np
 import orjson
 
+from sglang.srt.configs.model_info import Capability
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.frontend.openai.serving_base import OpenAIServingBase
 from sglang.srt.frontend.openai.serving_maxsim import ServingMaxSimRerank
@@ -51,7 +52,7 @@ class OpenAIServingRerank(OpenAIServingBase[RerankRequest]):
         # Multi-vector (ColBERT) models rank by MaxSim instead of a cross-encoder's logit.
         self.maxsim = (
             ServingMaxSimRerank(tokenizer_manager, served_model_name)
-            if info.colbert is not None and not info.is_classifier
+            if Capability.MULTI_VECTOR in info.capabilities
             else None
         )
 
@@ -63,8 +64,8 @@ class OpenAIServingRerank(OpenAIServingBase[RerankRequest]):
     def validate(self, request: RerankRequest) -> None:
         super().validate(request)
         self.require_classifier()
-        labels = self.tm.model_info.labels or ()
-        if len(labels) != 1:
+        if Capability.RERANK not in self.tm.model_info.capabilities:
+            labels = self.tm.model_info.labels or ()
             raise EmbeddingError(
                 ErrorKind.INVALID_REQUEST,
                 f"Model '{self.served_model_name}' has {len(labels)} labels; /v1/rerank needs a "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from sglang.srt.configs.model_info import Capability
 from sglang.srt.frontend.http.error_styles import TeiError, tei_empty
 from sglang.srt.frontend.openai.serving_base import OpenAIServingBase
 from sglang.srt.frontend.openai.task_protocol import SparseEmbedRequest
@@ -22,7 +23,7 @@ class ServingSparseEmbedding(OpenAIServingBase[SparseEmbedRequest]):
 
     def validate(self, request: SparseEmbedRequest) -> None:
         # TEI's request names no model; a model without a sparse head is TEI's 424 Backend.
-        if not self.tm.model_info.sparse_head:
+        if Capability.SPARSE not in self.tm.model_info.capabilities:
             raise TeiError(
                 f"Model '{self.served_model_name}' has no sparse head; "
                 "serve a SPLADE or bge-m3 checkpoint, or pass --sparse-head.",

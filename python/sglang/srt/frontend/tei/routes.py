@@ -12,7 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
-from sglang.srt.configs.model_info import ModelInfo
+from sglang.srt.configs.model_info import Capability, ModelInfo
 from sglang.srt.frontend.compat_routes import add_schemas
 from sglang.srt.frontend.http.error_styles import TeiError, tei_empty, tei_style
 from sglang.srt.frontend.http.json_body import read_json
@@ -55,9 +55,9 @@ async def read_tei_object(raw: Request) -> dict:
 
 def tei_info(server_args: ServerArgs, model_info: ModelInfo, version: str) -> dict:
     """GET /info in TEI's shape."""
-    if model_info.is_classifier:
+    if Capability.CLASSIFY in model_info.capabilities:
         labels = list(model_info.labels or ())
-        kind = "reranker" if len(labels) == 1 else "classifier"
+        kind = "reranker" if Capability.RERANK in model_info.capabilities else "classifier"
         model_type: dict = {
             kind: {
                 "id2label": {str(i): n for i, n in enumerate(labels)},
@@ -156,9 +156,9 @@ def add_tei_routes(
     )
     async def root(raw: Request):
         body = await read_tei_object(raw)
-        if model_info.is_classifier and "query" in body:
+        if Capability.CLASSIFY in model_info.capabilities and "query" in body:
             kind, model, serving = "rerank", RerankRequest, lambda: servings().rerank
-        elif model_info.is_classifier:
+        elif Capability.CLASSIFY in model_info.capabilities:
             kind, model, serving = "predict", PredictRequest, lambda: servings().predict
         else:
             kind, model, serving = "embed", EmbedRequest, lambda: servings().embed

@@ -14,6 +14,7 @@ from typing import Optional
 import numpy as np
 import orjson
 
+from sglang.srt.configs.model_info import Capability
 from sglang.srt.frontend.embed_options import set_output, set_prompt, set_truncation_tei
 from sglang.srt.frontend.http.error_styles import TeiError, tei_empty
 from sglang.srt.frontend.http.response_parts import Parts, json_array
@@ -36,7 +37,7 @@ class TeiServingEmbed(OpenAIServingBase[EmbedRequest]):
 
     def validate(self, request: EmbedRequest) -> None:
         info = self.tm.model_info
-        if info.is_classifier or info.sparse_head == "splade":
+        if Capability.EMBED not in info.capabilities:
             raise not_a("embedding")
         if request.inputs == [] or request.inputs == "":
             raise tei_empty("inputs")
@@ -70,7 +71,7 @@ class TeiServingRerank(OpenAIServingRerank):
     def validate(self, request: RerankRequest) -> None:  # type: ignore[override]
         if not request.texts:
             raise tei_empty("texts")
-        if not self.tm.model_info.is_classifier or len(self.tm.model_info.labels or ()) != 1:
+        if Capability.RERANK not in self.tm.model_info.capabilities:
             raise not_a("re-ranker")
 
     def convert(self, request: RerankRequest) -> EmbeddingReqInput:  # type: ignore[override]
@@ -107,7 +108,7 @@ class TeiServingPredict(OpenAIServingBase[PredictRequest]):
     endpoint = "/predict"
 
     async def handle(self, request: PredictRequest, rid: Optional[str] = None) -> tuple[bytes, EmbeddingResult]:
-        if not self.tm.model_info.is_classifier:
+        if Capability.CLASSIFY not in self.tm.model_info.capabilities:
             raise not_a("classifier")
         single, items = self.items(request.inputs)
         self.check_batch_size(len(items))

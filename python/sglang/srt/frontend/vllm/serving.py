@@ -18,7 +18,7 @@ from typing import Optional
 import numpy as np
 import orjson
 
-from sglang.srt.configs.model_info import ModelInfo, OutputKind
+from sglang.srt.configs.model_info import Capability, ModelInfo, OutputKind
 from sglang.srt.frontend.embed_options import invalid
 from sglang.srt.frontend.http.response_parts import Parts
 from sglang.srt.frontend.openai.multi_vector import check_multi_vector_options, multi_vector_output
@@ -72,7 +72,7 @@ class VllmServingPooling(OpenAIServingBase[PoolingRequest]):
             check_embedding_request(request, self.token_view(), self.served_model_name)
         if task == "token_embed":
             refuse_set(request, TOKEN_EMBED_IGNORES, "task token_embed answers one vector per token")
-            if self.tm.model_info.colbert is not None:
+            if Capability.MULTI_VECTOR in self.tm.model_info.capabilities:
                 check_multi_vector_options(request, self.tm.model_info)
         if task == "classify":
             if request.dimensions is not None:
@@ -94,7 +94,7 @@ class VllmServingPooling(OpenAIServingBase[PoolingRequest]):
         elif task == "token_embed":
             if req.items is not None:
                 raise invalid("task token_embed takes text or token-id inputs, not image items.", "input")
-            if info.colbert is not None:  # vLLM: a ColBERT head's vectors, as multi_vector gives them
+            if Capability.MULTI_VECTOR in info.capabilities:  # vLLM: a ColBERT head's vectors, as multi_vector
                 req.token_output = multi_vector_output(
                     info, self.served_model_name, True, request.input_type, request.dimensions
                 )
@@ -110,7 +110,7 @@ class VllmServingPooling(OpenAIServingBase[PoolingRequest]):
             info = self.tm.model_info
             rows = [probabilities(payload_to_array(p).astype(np.float64), info.problem_type) for p in result.payloads]
             payloads = [orjson.dumps(r.tolist()) for r in rows]
-        elif task == "token_embed" and self.tm.model_info.colbert is None:
+        elif task == "token_embed" and Capability.MULTI_VECTOR not in self.tm.model_info.capabilities:
             payloads = self.token_payloads(request, result)
         else:
             payloads = result.payloads
