@@ -143,7 +143,7 @@ def test_error_styles():
     status, body, _ = openai_style(err)
     assert status == 400 and orjson.loads(body)["error"]["message"] == "bad"
     assert tei_style(err)[:2] == (422, b'{"error":"bad","error_type":"Validation"}')
-    assert tei_style(TeiError("`inputs` cannot be empty", 400, "Empty"))[0] == 400
+    assert tei_style(TeiError("`inputs` cannot be empty", "Empty"))[0] == 400
     assert tei_style(EmbeddingError(ErrorKind.QUEUE_FULL, "busy"))[:2] == (
         429,
         b'{"error":"busy","error_type":"Overloaded"}',

@@ -189,7 +189,7 @@ def add_compat_routes(
             except ValidationError as e:
                 first = e.errors()[0]
                 where = ".".join(str(x) for x in first.get("loc", ()))
-                raise TeiError(f"Invalid tokenize request: {where}: {first.get('msg')}", 422, "Validation") from None
+                raise TeiError(f"Invalid tokenize request: {where}: {first.get('msg')}", "Validation") from None
             texts = [request.inputs] if isinstance(request.inputs, str) else request.inputs
             if not texts or any(t == "" for t in texts):
                 raise tei_empty("inputs")

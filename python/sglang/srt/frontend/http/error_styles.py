@@ -1,11 +1,10 @@
 """Error bodies in each peer's own shape, for the routes whose clients parse them.
 
 OpenAI's nested `{"error": {"message", "type", "param", "code"}}` (http_errors.HttpError) is the
-default. TEI's routes answer `{"error": str, "error_type": str}` with TEI's statuses (422 for a
-request it cannot take, 400 for an empty one, 424 when the model cannot do what the route does,
-429 overloaded, 503 unhealthy); Cohere's `{"message": str}`. The HTTP status of the other kinds
-stays http_errors.HTTP_STATUS's. Route modules register which paths use which style
-(`ErrorStyles.register`); the app's exception handlers look the path up.
+default. TEI's routes answer `{"error": str, "error_type": str}` with TEI's statuses
+(http_errors.TEI_TYPE_STATUS / TEI_KIND_STATUS); Cohere's `{"message": str}`. Every status comes
+from http_errors.py; this module only shapes bodies. Route modules register which paths use which
+style (`ErrorStyles.register`); the app's exception handlers look the path up.
 """
 
 from __future__ import annotations
@@ -16,30 +15,26 @@ from typing import Callable, Optional, Union
 import orjson
 
 from sglang.srt.errors import EmbeddingError, ErrorKind
-from sglang.srt.frontend.http.http_errors import HttpError, encodable
+from sglang.srt.frontend.http.http_errors import TEI_KIND_STATUS, TEI_TYPE_STATUS, HttpError, encodable
 
 
 class TeiError(EmbeddingError):
-    """An error with TEI's own status and `error_type` (Empty -> 400, Backend -> 424)."""
+    """An error a TEI route names with one of TEI's own types (http_errors.TEI_TYPE_STATUS)."""
 
-    def __init__(self, message: str, status: int, error_type: str, param: Optional[str] = None) -> None:
+    def __init__(self, message: str, error_type: str, param: Optional[str] = None) -> None:
+        if error_type not in TEI_TYPE_STATUS:
+            raise ValueError(f"unknown TEI error type {error_type!r}")
         super().__init__(ErrorKind.INVALID_REQUEST, message, param=param)
-        self.status = status
         self.error_type = error_type
+
+    @property
+    def status(self) -> int:
+        return TEI_TYPE_STATUS[self.error_type]
 
 
 def tei_empty(what: str) -> TeiError:
-    return TeiError(f"`{what}` cannot be empty", 400, "Empty", param=what)
+    return TeiError(f"`{what}` cannot be empty", "Empty", param=what)
 
-
-# TEI's status and error_type for each kind (INVALID_REQUEST is its 422 "Validation").
-_TEI_KINDS: dict[ErrorKind, tuple[int, str]] = {
-    ErrorKind.INVALID_REQUEST: (422, "Validation"),
-    ErrorKind.MODEL_NOT_FOUND: (422, "Validation"),
-    ErrorKind.TOO_LARGE: (413, "Validation"),
-    ErrorKind.QUEUE_FULL: (429, "Overloaded"),
-    ErrorKind.UNAVAILABLE: (503, "Unhealthy"),
-}
 
 Rendered = tuple[int, bytes, dict[str, str]]  # status, JSON body, headers
 
@@ -53,8 +48,8 @@ def tei_style(err: Union[EmbeddingError, HttpError]) -> Rendered:
     http = err if isinstance(err, HttpError) else HttpError.of(err)
     if isinstance(err, TeiError):
         status, kind = err.status, err.error_type
-    elif isinstance(err, EmbeddingError) and err.kind in _TEI_KINDS:
-        status, kind = _TEI_KINDS[err.kind]
+    elif isinstance(err, EmbeddingError) and err.kind in TEI_KIND_STATUS:
+        status, kind = TEI_KIND_STATUS[err.kind]
     else:
         status, kind = http.status, ("Validation" if http.status < 500 else "Backend")
     return status, orjson.dumps({"error": encodable(http.message), "error_type": kind}), dict(http.headers)

@@ -1,7 +1,10 @@
 """Errors at the edge: each ErrorKind's HTTP status and headers, and OpenAI's error body.
 
-The only place that decides HTTP statuses (the layers below raise errors.EmbeddingError with a
-kind). Routes answer through `error_response`, the pure-ASGI middlewares through `HttpError`.
+The app's one table of error statuses: the layers below raise errors.EmbeddingError with a kind,
+TEI's routes name one of TEI's error types, a client that left gets CLIENT_CLOSED; the statuses
+of all three are decided here (error_styles.py only shapes the bodies). Routes answer through
+`error_response`, the pure-ASGI middlewares through `HttpError`. Refusals made before the app sees
+a request (http_protocol.py: 431, 408, 503, 400, 501) belong to the HTTP protocol, not to a kind.
 """
 
 from __future__ import annotations
@@ -26,6 +29,23 @@ HTTP_STATUS: dict[ErrorKind, int] = {
 }
 # A full queue tells the client when to try again.
 KIND_HEADERS: dict[ErrorKind, dict[str, str]] = {ErrorKind.QUEUE_FULL: {"Retry-After": "1"}}
+# nginx's "client closed request": nobody reads the answer; logs and metrics say why there was none.
+CLIENT_CLOSED = 499
+
+# TEI's routes (error_styles.tei_style): the status of each TEI error type a route raises itself
+# (error_styles.TeiError: Empty for an empty input, Backend when the model cannot do what the route
+# does) ...
+TEI_TYPE_STATUS: dict[str, int] = {"Validation": 422, "Empty": 400, "Backend": 424}
+# ... and TEI's status and type for the kinds it names (a request it cannot take is its 422). Other
+# kinds keep HTTP_STATUS, typed Validation below 500 and Backend from 500.
+TEI_KIND_STATUS: dict[ErrorKind, tuple[int, str]] = {
+    ErrorKind.INVALID_REQUEST: (422, "Validation"),
+    ErrorKind.MODEL_NOT_FOUND: (422, "Validation"),
+    ErrorKind.TOO_LARGE: (413, "Validation"),
+    ErrorKind.QUEUE_FULL: (429, "Overloaded"),
+    ErrorKind.UNAVAILABLE: (503, "Unhealthy"),
+}
+
 # OpenAI's error types: request problems, auth, rate limits, and everything on our side.
 _OPENAI_TYPES = {401: "authentication_error", 429: "rate_limit_error"}
 

@@ -25,7 +25,7 @@ from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.frontend.compat_routes import add_compat_routes, model_card
 from sglang.srt.frontend.http.engine_death import wind_down
 from sglang.srt.frontend.http.error_styles import ErrorStyles, tei_style
-from sglang.srt.frontend.http.http_errors import HTTP_STATUS, HttpError
+from sglang.srt.frontend.http.http_errors import CLIENT_CLOSED, HTTP_STATUS, HttpError
 from sglang.srt.frontend.http.json_body import JsonBodyRoute
 from sglang.srt.frontend.http.middleware import UNMATCHED_ROUTE, ServerLifecycle, install_middleware, request_state
 from sglang.srt.frontend.http.response_parts import Parts, PartsResponse
@@ -191,8 +191,7 @@ def create_app(
 
     @app.exception_handler(ClientDisconnected)
     async def _client_gone(_: Request, exc: ClientDisconnected):
-        # Nobody is listening; 499 (nginx's "client closed request") keeps logs and metrics honest.
-        return Response(status_code=499)
+        return Response(status_code=CLIENT_CLOSED)  # nobody is listening
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError):

@@ -29,7 +29,7 @@ from typing import Any, Awaitable, Callable, Optional
 from sglang.srt.errors import EmbeddingError, ErrorKind, queue_full_error
 from sglang.srt.frontend.http.host_guard import OPEN_PATHS as HOST_OPEN_PATHS
 from sglang.srt.frontend.http.host_guard import allowed_hosts, host_allowed, host_name
-from sglang.srt.frontend.http.http_errors import HttpError
+from sglang.srt.frontend.http.http_errors import CLIENT_CLOSED, HttpError
 from sglang.srt.metrics.server_metrics import ServerMetrics
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.logging_utils import REQUEST_LOGGER
@@ -147,8 +147,8 @@ class RequestContext:
             # uvicorn from logging a traceback per cancelled request (a shutdown is not an error).
         finally:
             self.metrics.in_flight.dec()
-            # No answer because the client left (mid-body, say): nginx's 499, not a server error.
-            code = str(status[0]) if status[0] is not None else ("499" if disconnected else outcome)
+            # No answer because the client left (mid-body, say): not a server error.
+            code = str(status[0]) if status[0] is not None else (str(CLIENT_CLOSED) if disconnected else outcome)
             path = scope.get("path", "")
             route = path if path in self.routes() else UNMATCHED_ROUTE
             self.metrics.requests.inc(route=route, status=code)

@@ -56,7 +56,7 @@ class ServingEmbedAll(OpenAIServingBase[EmbedAllRequest]):
         try:
             check_per_token_model(self.tm.model_info, self.served_model_name, self.endpoint)
         except EmbeddingError as e:  # TEI: the model cannot do what the route does
-            raise TeiError(e.message, 424, "Backend", param="model") from None
+            raise TeiError(e.message, "Backend", param="model") from None
         inputs = request.inputs
         if inputs == [] or inputs == "" or (isinstance(inputs, list) and any(x == "" or x == [] for x in inputs)):
             raise tei_empty("inputs")

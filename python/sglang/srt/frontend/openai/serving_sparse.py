@@ -27,7 +27,6 @@ class ServingSparseEmbedding(OpenAIServingBase[SparseEmbedRequest]):
             raise TeiError(
                 f"Model '{self.served_model_name}' has no sparse head; "
                 "serve a SPLADE or bge-m3 checkpoint, or pass --sparse-head.",
-                424,
                 "Backend",
                 param="model",
             )

@@ -47,9 +47,9 @@ async def read_tei_object(raw: Request) -> dict:
     when it is not a JSON object."""
     body = await read_json(raw)
     if body is None:
-        raise TeiError("The request body is not valid JSON.", 422, "Validation")
+        raise TeiError("The request body is not valid JSON.", "Validation")
     if not isinstance(body, dict):
-        raise TeiError("The request body must be a JSON object.", 422, "Validation")
+        raise TeiError("The request body must be a JSON object.", "Validation")
     return body
 
 
@@ -178,6 +178,4 @@ def tei_validate(model: type[BaseModel], body: dict, kind: str) -> Any:
     except ValidationError as e:
         first = e.errors()[0] if e.errors() else {}
         where = ".".join(str(x) for x in first.get("loc", ())) or "body"
-        raise TeiError(
-            f"Invalid {kind} request: {where}: {first.get('msg', 'invalid value')}", 422, "Validation"
-        ) from None
+        raise TeiError(f"Invalid {kind} request: {where}: {first.get('msg', 'invalid value')}", "Validation") from None

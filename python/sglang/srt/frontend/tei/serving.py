@@ -29,7 +29,7 @@ from sglang.srt.wire.matryoshka import validate_dimensions
 
 
 def not_a(kind: str) -> TeiError:
-    return TeiError(f"model is not a {kind} model", 424, "Backend", param="model")
+    return TeiError(f"model is not a {kind} model", "Backend", param="model")
 
 
 class TeiServingEmbed(OpenAIServingBase[EmbedRequest]):
@@ -42,7 +42,7 @@ class TeiServingEmbed(OpenAIServingBase[EmbedRequest]):
         if request.inputs == [] or request.inputs == "":
             raise tei_empty("inputs")
         if request.dimensions is not None and request.dimensions < 1:
-            raise TeiError("`dimensions` should be positive", 422, "Validation", param="dimensions")
+            raise TeiError("`dimensions` should be positive", "Validation", param="dimensions")
         validate_dimensions(request.dimensions, info, self.served_model_name)
 
     def convert(self, request: EmbedRequest) -> EmbeddingReqInput:
@@ -50,7 +50,7 @@ class TeiServingEmbed(OpenAIServingBase[EmbedRequest]):
         if isinstance(inputs, list) and inputs and isinstance(inputs[0], (str, list)):
             kinds = {type(x) for x in inputs}
             if len(kinds) > 1:
-                raise TeiError("send either texts or token-id lists in one request, not both", 422, "Validation")
+                raise TeiError("send either texts or token-id lists in one request, not both", "Validation")
             if any(len(x) == 0 for x in inputs):
                 raise tei_empty("inputs")
         req, _ = normalize_input(inputs, dimensions=request.dimensions, encoding_format=FORMAT_FLOAT)
@@ -161,7 +161,6 @@ class TeiServingPredict(OpenAIServingBase[PredictRequest]):
                 raise TeiError(
                     "each input is [text] or [text, text_pair], not a list of "
                     f"{len(x)} texts (send a list of lists for a batch)",
-                    422,
                     "Validation",
                     param="inputs",
                 )
