@@ -74,6 +74,10 @@ class ServerArgs:
     sparse_head: Optional[str] = None
     default_prompt_name: Optional[str] = None  # a key of config_sentence_transformers.json's prompts
     default_prompt: Optional[str] = None  # a raw prefix for every text input (conflicts with the above)
+    # Long inputs (docs/long_inputs.md): up to max_embed_len tokens, cut into context-sized chunks whose
+    # vectors are averaged by token count. pooler_config: vLLM's JSON (pooling, normalize, chunking).
+    pooler_config: Optional[str] = None
+    max_embed_len: Optional[int] = None
 
     # HTTP
     host: str = "127.0.0.1"
@@ -152,6 +156,8 @@ class ServerArgs:
 
     # Filled in by __post_init__
     model_override_args: dict = field(default_factory=dict, init=False, repr=False)
+    pooling_override: Optional[str] = field(default=None, init=False)  # --pooler-config pooling_type
+    normalize_override: Optional[bool] = field(default=None, init=False)  # --pooler-config normalize
 
     def __post_init__(self) -> None:
         if isinstance(self.served_model_name, (list, tuple)):
@@ -185,7 +191,24 @@ class ServerArgs:
         if self.disable_cuda_graph:
             self.cuda_graph_mode = "off"
         self.disable_cuda_graph = self.cuda_graph_mode == "off"
+        self._read_pooler_config()
         self._validate()
+
+    def _read_pooler_config(self) -> None:
+        """--pooler-config's settings (utils/pooler_config.py); its max_embed_len and --max-embed-len
+        are one setting, and must agree when both are given."""
+        from sglang.srt.utils.pooler_config import parse_pooler_config
+
+        pc = parse_pooler_config(self.pooler_config)
+        self.pooling_override, self.normalize_override = pc.pooling, pc.normalize
+        if pc.max_embed_len is not None and self.max_embed_len not in (None, pc.max_embed_len):
+            raise ConfigError(
+                f"--max-embed-len {self.max_embed_len} and --pooler-config max_embed_len {pc.max_embed_len} disagree"
+            )
+        if pc.max_embed_len is not None:
+            self.max_embed_len = pc.max_embed_len
+        if self.max_embed_len is not None and self.max_embed_len < 1:
+            raise ConfigError("--max-embed-len must be at least 1")
 
     def _validate(self) -> None:
         for name, allowed in CHOICES.items():
@@ -350,6 +373,15 @@ class ServerArgs:
                             "text input whose request names none (docs/migrating.md).")
         g.add_argument("--default-prompt", default=None,
                        help='Raw prefix for every text input whose request names no prompt, e.g. "query: ".')
+        g.add_argument("--max-embed-len", type=int, default=None, metavar="TOKENS",
+                       help="Embed inputs up to TOKENS long: one over the context length is cut into "
+                            "context-sized chunks, each with the model's special tokens, and its vector is "
+                            "their token-weighted mean (dense embeddings; docs/long_inputs.md). Longer: 400.")
+        g.add_argument("--pooler-config", "--override-pooler-config", dest="pooler_config", default=None,
+                       metavar="JSON",
+                       help='vLLM\'s pooler settings, e.g. \'{"pooling_type": "MEAN", "normalize": true, '
+                            '"enable_chunked_processing": true, "max_embed_len": 10000}\': pooling_type '
+                            "(MEAN/CLS/LAST), normalize / use_activation, chunking; other keys refused.")
 
         g = parser.add_argument_group("http")
         g.add_argument("--host", default=d["host"].default, help="Address to listen on.")

@@ -18,6 +18,7 @@ from sglang.srt.configs.nomic_bert_config import (
     read_plain_config,
 )
 from sglang.srt.configs.output_config import OutputConfig, resolve_output
+from sglang.srt.configs.pooler_overrides import resolve_pooling
 from sglang.srt.configs.prompts import default_prompt, known_prompts
 from sglang.srt.configs.sentence_transformers import (
     SentenceTransformersInfo,
@@ -141,6 +142,8 @@ class ModelConfig:
         # Without sentence-transformers files we follow the model family's convention; with them,
         # exactly what sentence-transformers would do, so vectors match its `encode`. Logits never.
         normalize = st_info.normalize if st_info.declares_pooling else output.embeddings_output is not OutputKind.LOGITS
+        dense = output.embeddings_output is OutputKind.DENSE  # --pooler-config / --max-embed-len
+        pooling, normalize = resolve_pooling(args, pooling, normalize, dense)
         hidden = text_config.hidden_size
         config = cls(
             model_path=model_dir,
