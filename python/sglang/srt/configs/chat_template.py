@@ -70,6 +70,7 @@ class JinjaChatTemplate:
         except jinja2.exceptions.TemplateSyntaxError as e:
             raise ConfigError(f"Chat template {name} is not valid Jinja: line {e.lineno}: {e.message}") from e
         self.name = name
+        self.source = source  # whole conversations (`messages`) render through apply_chat_template
 
     def render(self, text: Optional[str], has_image: bool) -> str:
         content = ([{"type": "image"}] if has_image else []) + ([{"type": "text", "text": text}] if text else [])

@@ -27,11 +27,11 @@ from sglang.srt.wire.io_struct import EMBED_DTYPES, ENCODING_FORMATS, TRUNCATION
 # Request fields other servers define that change what comes back, and what to use here instead.
 UNSUPPORTED_FIELDS: dict[str, str] = {
     "use_activation": "send `normalize: false` for the raw pooled vector",
-    "messages": "send the text as `input` (chat-form embedding requests are not supported)",
-    "chat_template": "chat templates apply to image inputs only (--chat-template)",
-    "chat_template_kwargs": "chat templates apply to image inputs only (--chat-template)",
-    "add_generation_prompt": "send the text as `input`",
-    "continue_final_message": "send the text as `input`",
+    "messages": "chat-form requests are taken by /v1/embeddings and /pooling",
+    "chat_template": "per-request chat templates are not accepted; start the server with --chat-template",
+    "chat_template_kwargs": "chat-form requests are taken by /v1/embeddings and /pooling",
+    "add_generation_prompt": "chat-form requests are taken by /v1/embeddings and /pooling",
+    "continue_final_message": "chat-form requests are taken by /v1/embeddings and /pooling",
     "mm_processor_kwargs": "image sizes are set with --mm-min-pixels / --mm-max-pixels",
     "padding": "inputs are never padded here",
     "output_dimension": "send `dimensions`",

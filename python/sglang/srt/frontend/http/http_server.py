@@ -364,6 +364,8 @@ def count_inputs(inp) -> int:
 
 def loggable_input(inp, max_items: int = 64, max_chars: int = 2000):
     """The request's input for --log-request-text, capped so one request cannot flood the log."""
+    if inp is None:  # vLLM's `messages` instead of `input`
+        return None
     if isinstance(inp, str):
         return inp[:max_chars]
     out = []

@@ -6,6 +6,8 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictInt, StrictStr, Tag, field_validator
 
+from sglang.srt.frontend.openai.chat_protocol import ChatMessage
+
 
 class MultimodalEmbeddingInput(BaseModel):
     """One item of a multimodal request: text, an image, or both fused into one vector."""
@@ -59,10 +61,22 @@ class EmbeddingRequest(BaseModel):
     # (frontend/embed_options.UNSUPPORTED_FIELDS); the others are ignored, as OpenAI's API does.
     model_config = ConfigDict(extra="allow")
 
-    input: EmbeddingInputField = Field(
-        ...,
+    input: Optional[EmbeddingInputField] = Field(
+        None,
         description="A string, a list of strings, a list of token ids, a list of token-id lists, "
-        'or a list of {"text", "image"} objects (one embedding each).',
+        'or a list of {"text", "image"} objects (one embedding each). Required unless `messages` is sent.',
+    )
+    # vLLM's chat form (frontend/openai/chat_request.py): one conversation, one vector
+    messages: Optional[list[ChatMessage]] = Field(
+        None,
+        description="vLLM: a conversation instead of `input`, rendered with the chat template (one vector).",
+    )
+    add_generation_prompt: StrictBool = Field(False, description="vLLM, with `messages`: open an assistant turn.")
+    continue_final_message: StrictBool = Field(
+        False, description="vLLM, with `messages`: end the prompt inside the last message."
+    )
+    chat_template_kwargs: Optional[dict[str, Any]] = Field(
+        None, description="vLLM, with `messages`: extra variables for the chat template."
     )
     model: Optional[str] = Field(
         None, description="Any name is served (the response names the served model); see --strict-model-name."
@@ -102,7 +116,8 @@ class EmbeddingRequest(BaseModel):
         None, description="vLLM: byte order of base64 vectors: native (default, little on x86/ARM), little, big."
     )
     add_special_tokens: StrictBool = Field(
-        True, description="vLLM / TensorRT-LLM: false tokenizes without [CLS]/BOS/EOS."
+        True,
+        description="vLLM / TensorRT-LLM: false tokenizes without [CLS]/BOS/EOS (the default with `messages`).",
     )
     # TEI
     truncate: Optional[StrictBool] = Field(

@@ -27,6 +27,7 @@ from sglang.srt.frontend.embed_options import (
 from sglang.srt.frontend.embedding_types import by_type, check_embedding_types
 from sglang.srt.frontend.http.response_parts import Body, Parts
 from sglang.srt.frontend.inputs import normalize_input
+from sglang.srt.frontend.openai.chat_request import ChatForm, input_required
 from sglang.srt.frontend.openai.multi_vector import check_multi_vector_options, multi_vector_output
 from sglang.srt.frontend.openai.protocol import EmbeddingRequest
 from sglang.srt.frontend.openai.serving_base import OpenAIServingBase
@@ -168,6 +169,8 @@ def check_output_applies(request: EmbeddingRequest, model_info: ModelInfo) -> No
 def embedding_request_input(request: EmbeddingRequest, model_info: ModelInfo, served: str) -> EmbeddingReqInput:
     """An OpenAI-style embeddings body (with vLLM's, TEI's and infinity's extras) as one request."""
     prompt = request.input
+    if prompt is None:
+        raise input_required()
     if request.modality == "image":  # infinity: the inputs are image URLs / data URIs
         urls = [prompt] if isinstance(prompt, str) else prompt
         if not urls or not all(isinstance(u, str) for u in urls):
@@ -201,7 +204,7 @@ def embedding_request_input(request: EmbeddingRequest, model_info: ModelInfo, se
     return req
 
 
-class OpenAIServingEmbedding(OpenAIServingBase[EmbeddingRequest]):
+class OpenAIServingEmbedding(ChatForm, OpenAIServingBase[EmbeddingRequest]):
     endpoint = "/v1/embeddings"
 
     def validate(self, request: EmbeddingRequest) -> None:

@@ -21,6 +21,7 @@ import orjson
 from sglang.srt.configs.model_info import Capability, ModelInfo, OutputKind
 from sglang.srt.frontend.embed_options import invalid
 from sglang.srt.frontend.http.response_parts import Parts
+from sglang.srt.frontend.openai.chat_request import ChatForm
 from sglang.srt.frontend.openai.multi_vector import check_multi_vector_options, multi_vector_output
 from sglang.srt.frontend.openai.serving_base import OpenAIServingBase
 from sglang.srt.frontend.openai.serving_classify import probabilities
@@ -43,7 +44,7 @@ CLASSIFY_IGNORES = {"normalize": None, "embed_dtype": None, "endianness": None}
 TOKEN_EMBED_IGNORES = {"multi_vector": None}
 
 
-class VllmServingPooling(OpenAIServingBase[PoolingRequest]):
+class VllmServingPooling(ChatForm, OpenAIServingBase[PoolingRequest]):
     endpoint = "/pooling"
 
     def task(self, request: PoolingRequest) -> str:
