@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmark"))
 from rss_sampler import RssLog, cpu_seconds, growth, server_processes  # noqa: E402
 
-from test.helpers.procs import wait_for  # noqa: E402
+from test.helpers.waiting import wait_until  # noqa: E402
 
 
 def test_growth_compares_window_medians_after_the_warm_up():
@@ -53,9 +53,9 @@ def test_server_processes_are_found_by_session_and_named_by_role():
     try:
         assert proc.stdout.readline().strip() == "ready"
         expected = {"http", "scheduler", "scheduler-2", "detokenizer", "http-1"}
-        assert wait_for(lambda: set(server_processes(proc.pid)) == expected, 10), server_processes(proc.pid)
+        assert wait_until(lambda: set(server_processes(proc.pid)) == expected, 10), server_processes(proc.pid)
         log = RssLog(proc.pid, interval=0.05).start()
-        wait_for(lambda: len(log.samples) >= 3, 5)
+        wait_until(lambda: len(log.samples) >= 3, 5)
         log.stop()
         assert set(log.roles()) == expected
         assert all(mb > 1 for _, mb in log.series("scheduler"))

@@ -18,9 +18,10 @@ import requests
 from test.helpers import prom
 from test.helpers.deploy import hpa_pod_metrics
 from test.helpers.nginx import NginxProcess
-from test.helpers.procs import running, wait_for
+from test.helpers.procs import running
 from test.helpers.server import ServerProcess
 from test.helpers.texts import load_texts
+from test.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -106,7 +107,7 @@ def test_sigkill_of_one_replica_mid_stream_loses_nothing(fleet):
     assert killed.is_set()
     check_vectors(results, reference)
     # The victim's scheduler and detokenizer follow it down; the survivor still serves.
-    assert wait_for(lambda: not running(victim_procs), timeout=10), running(victim_procs)
+    assert wait_until(lambda: not running(victim_procs), timeout=10), running(victim_procs)
     assert requests.get(survivor.base_url + "/health", timeout=5).status_code == 200
     # nginx's log shows the retries: requests answered only after trying the dead replica.
     victim_addr = f"127.0.0.1:{victim.port}"

@@ -17,6 +17,8 @@ from typing import Optional, Union
 import numpy as np
 from PIL import Image
 
+from test.helpers.waiting import wait_until
+
 
 def gradient_image(width: int, height: int, seed: int = 0, mode: str = "RGB") -> Image.Image:
     """A colour gradient with a little noise (so resizing and patches are not trivial)."""
@@ -193,10 +195,7 @@ class ImageServer:
 
     def wait_idle(self, timeout: float, path: Optional[str] = None) -> bool:
         """Whether every connection being served (for `path`, if given) has ended within `timeout` s."""
-        deadline = time.monotonic() + timeout
-        while self.open_to(path) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return self.open_to(path) == 0
+        return wait_until(lambda: self.open_to(path) == 0, timeout, interval=0.05)
 
     def stop(self) -> None:
         self.httpd.shutdown()

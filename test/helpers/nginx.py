@@ -9,13 +9,13 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import requests
 
 from sglang.srt.utils.network import get_free_port
 from test.helpers.server import die_with_parent
+from test.helpers.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "docker" / "nginx" / "sglang-embed.conf.template"
@@ -106,17 +106,18 @@ class NginxProcess:
         )
 
     def _wait_listening(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"nginx exited with {self.proc.returncode}:\n{self.errors()}")
-            try:
-                requests.get(self.base_url + "/__nginx_up__", timeout=1)
-                return
-            except requests.ConnectionError:
-                time.sleep(0.05)
-        self.stop()
-        raise TimeoutError(f"nginx not listening within {timeout} s:\n{self.errors()}")
+        if not wait_until(self._listening, timeout, interval=0.05):
+            self.stop()
+            raise TimeoutError(f"nginx not listening within {timeout} s:\n{self.errors()}")
+
+    def _listening(self) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"nginx exited with {self.proc.returncode}:\n{self.errors()}")
+        try:
+            requests.get(self.base_url + "/__nginx_up__", timeout=1)
+            return True
+        except requests.ConnectionError:
+            return False
 
     def access_log(self) -> list[str]:
         self._log.flush()

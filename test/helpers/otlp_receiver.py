@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import gzip
 import threading
-import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Optional
+
+from test.helpers.waiting import wait_until
 
 
 @dataclass
@@ -115,15 +116,16 @@ class OtlpReceiver:
 
     def wait_for(self, predicate: Callable[[list[ReceivedSpan]], bool], timeout: float = 15.0) -> list[ReceivedSpan]:
         """The spans once `predicate(spans)` holds; AssertionError with what arrived after `timeout`."""
-        deadline = time.monotonic() + timeout
-        while True:
-            spans = self.snapshot()
-            if predicate(spans):
-                return spans
-            if time.monotonic() > deadline:
-                names = sorted((s.name, s.process) for s in spans)
-                raise AssertionError(f"spans never matched within {timeout} s; received: {names}")
-            time.sleep(0.05)
+        spans: list[ReceivedSpan] = []
+
+        def matched() -> bool:
+            spans[:] = self.snapshot()
+            return predicate(spans)
+
+        if not wait_until(matched, timeout, interval=0.05):
+            names = sorted((s.name, s.process) for s in spans)
+            raise AssertionError(f"spans never matched within {timeout} s; received: {names}")
+        return spans
 
     def trace(self, trace_id: str) -> list[ReceivedSpan]:
         return [s for s in self.snapshot() if s.trace_id == trace_id]

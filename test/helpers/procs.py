@@ -1,9 +1,7 @@
-"""Process checks for lifecycle tests: is a PID still running, and waiting for a condition."""
+"""Process checks for lifecycle tests: is a PID still running, which PIDs are which (waiting for a
+condition is test/helpers/waiting.py)."""
 
 from __future__ import annotations
-
-import time
-from typing import Callable
 
 
 def is_running(pid: int) -> bool:
@@ -29,13 +27,3 @@ def pids_by_name(pids: list[int]) -> dict[str, int]:
         except FileNotFoundError:
             pass
     return out
-
-
-def wait_for(cond: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
-    """Poll `cond` until it holds or `timeout` seconds pass; returns its last value."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(interval)
-    return cond()

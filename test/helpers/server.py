@@ -6,13 +6,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from typing import Optional
 
 import requests
 
 from sglang.srt.utils.network import get_free_port
 from sglang.srt.utils.process import set_parent_death_signal
+from test.helpers.waiting import wait_until
 
 
 def die_with_parent() -> None:
@@ -50,18 +50,18 @@ class ServerProcess:
             self.wait_healthy(timeout)
 
     def wait_healthy(self, timeout: float = 180.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                if requests.get(self.base_url + "/health", timeout=1, **(self.tls or {})).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise TimeoutError(f"server not healthy within {timeout} s:\n{self.log()}")
+        if not wait_until(self._healthy, timeout, interval=0.2):
+            self.stop()
+            raise TimeoutError(f"server not healthy within {timeout} s:\n{self.log()}")
+
+    def _healthy(self) -> bool:
+        """Whether /health answers 200 now; a server that exited will never be, so that raises."""
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
+        try:
+            return requests.get(self.base_url + "/health", timeout=1, **(self.tls or {})).status_code == 200
+        except requests.RequestException:
+            return False
 
     def log(self) -> str:
         self._log.flush()

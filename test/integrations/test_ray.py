@@ -21,8 +21,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from sglang.integrations.ray import EmbeddingRowError, SGLangEmbedder, embed_dataset, embedding_column
-from test.helpers.procs import running, wait_for
+from test.helpers.procs import running
 from test.helpers.tiny_models import WORDS, build_tiny_bert
+from test.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -96,7 +97,7 @@ def ray_session():
         # multiprocessing's resource tracker, which the driver's first Engine starts for good).
         started = {p for p in descendants() - before if "resource_tracker" not in cmdline(p)}
         ray.shutdown()
-        assert wait_for(lambda: not running(sorted(started)), timeout=30), (
+        assert wait_until(lambda: not running(sorted(started)), timeout=30), (
             f"processes left after ray.shutdown(): {running(sorted(started))}"
         )
 

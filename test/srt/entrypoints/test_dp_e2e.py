@@ -14,10 +14,11 @@ import pytest
 import requests
 
 from test.helpers.kill_load import KillLoad
-from test.helpers.procs import pids_by_name, running, wait_for
+from test.helpers.procs import pids_by_name, running
 from test.helpers.prom import parse, value
 from test.helpers.server import ServerProcess
 from test.helpers.texts import load_texts
+from test.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 LONG = "the quick brown fox jumps over the lazy dog " * 25  # ~226 tokens
@@ -155,7 +156,7 @@ def test_zz_sigterm_drains_every_replica_then_exits_0(dp_server):
         assert len(r.json()["data"]) == 4
     assert max(t for _, t in done) > sig_time + 0.1, "nothing was in flight at SIGTERM"
     assert s.proc.wait(30) == 0
-    assert wait_for(lambda: not running(children), 5.0), f"left running: {running(children)}"
+    assert wait_until(lambda: not running(children), 5.0), f"left running: {running(children)}"
     assert not os.path.exists(ipc_dir)
     assert "finishing in-flight requests" in open(s.log_path).read()
 
@@ -186,7 +187,7 @@ def test_two_workers_use_both_replicas_and_a_dead_replica_fails_requests_fast_th
     for dt, outcome in in_flight:
         assert outcome in (200, 503), outcome  # answered, never dropped or hung
         assert dt < 1.0, f"an in-flight request took {dt:.2f} s to fail"
-    assert wait_for(lambda: not running(children), 5.0), f"orphans left: {running(children)}"
+    assert wait_until(lambda: not running(children), 5.0), f"orphans left: {running(children)}"
     log = open(s.log_path).read()
     assert "sglang-scheduler-1 exited unexpectedly (killed by SIGKILL" in log
     assert "exiting with status 1" in log

@@ -17,9 +17,10 @@ import time
 import pytest
 import requests
 
-from test.helpers.procs import running, wait_for
+from test.helpers.procs import running
 from test.helpers.prom import parse, value
 from test.helpers.server import ServerProcess
+from test.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 LONG = "the quick brown fox jumps over the lazy dog " * 25  # ~226 tokens
@@ -89,7 +90,7 @@ def test_every_gauge_is_back_to_idle_after_aborts_and_disconnects(server):
         m = _scrape(server)
         return value(m, "sglang_queue_length") == 0 and value(m, "sglang_http_requests_in_flight") == 1
 
-    assert wait_for(idle, 15.0, interval=0.3), _scrape(server)
+    assert wait_until(idle, 15.0, interval=0.3), _scrape(server)
     m = _scrape(server)
     assert value(m, "sglang_http_requests_total", route="/v1/embeddings", status="499") >= 10
     assert value(m, "sglang_http_requests_total", route="/v1/embeddings", status="500") == 0
@@ -130,7 +131,7 @@ def test_a_stopped_scheduler_turns_health_503_then_the_server_exits_1(server):
                 first.append(r.text)
             return r.status_code == 503
 
-        assert wait_for(unhealthy, WATCHDOG + 3.0, interval=0.2), "/health stayed 200 with a stopped scheduler"
+        assert wait_until(unhealthy, WATCHDOG + 3.0, interval=0.2), "/health stayed 200 with a stopped scheduler"
         health_after = time.monotonic() - stopped
         r = requests.get(server.base_url + "/health", timeout=2)
         assert "scheduler" in r.json()["error"]["message"] and "--watchdog-timeout" in r.json()["error"]["message"]
@@ -143,6 +144,6 @@ def test_a_stopped_scheduler_turns_health_503_then_the_server_exits_1(server):
     print(f"\n/health 503 after {health_after:.1f} s ({first[0]}), exit 1 after {exited_after:.1f} s")
     assert health_after >= WATCHDOG - 0.5 and exited_after >= WATCHDOG_EXIT - 0.5
     assert outcome == [503], outcome
-    assert wait_for(lambda: not running(children), 5.0), running(children)
+    assert wait_until(lambda: not running(children), 5.0), running(children)
     log = open(server.log_path).read()
     assert "--watchdog-exit-timeout" in log and "exiting with status 1" in log

@@ -13,8 +13,9 @@ import pytest
 import requests
 
 from test.helpers.kill_load import KillLoad
-from test.helpers.procs import running, wait_for
+from test.helpers.procs import running
 from test.helpers.server import ServerProcess
+from test.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 LONG = "the quick brown fox jumps over the lazy dog " * 25  # ~226 tokens
@@ -40,8 +41,8 @@ def test_sigkill_of_the_server_takes_children_and_ipc_dir_along():
         os.kill(s.proc.pid, signal.SIGKILL)
         s.proc.wait(5)
         t0 = time.monotonic()
-        assert wait_for(lambda: not running(children), 5.0), f"orphans left: {running(children)}"
-        assert wait_for(lambda: not os.path.exists(ipc_dir), 2.0), "the IPC directory was left behind"
+        assert wait_until(lambda: not running(children), 5.0), f"orphans left: {running(children)}"
+        assert wait_until(lambda: not os.path.exists(ipc_dir), 2.0), "the IPC directory was left behind"
         print(f"\nchildren gone {time.monotonic() - t0:.2f} s after SIGKILL")
     finally:
         s.stop()
@@ -125,7 +126,7 @@ def test_group_sigterm_drains_in_flight_requests_then_exits_0():
         assert max(t for _, t in done) > sig_time + 0.2, "nothing was in flight at SIGTERM"
         assert late in (503, "refused")
         assert s.proc.wait(30) == 0
-        assert wait_for(lambda: not running(children), 5.0)
+        assert wait_until(lambda: not running(children), 5.0)
         assert not os.path.exists(ipc_dir)
         assert "finishing in-flight requests" in open(s.log_path).read()
     finally:

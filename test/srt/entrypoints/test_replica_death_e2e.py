@@ -14,8 +14,9 @@ import time
 import pytest
 import requests
 
-from test.helpers.procs import pids_by_name, running, wait_for
+from test.helpers.procs import pids_by_name, running
 from test.helpers.server import ServerProcess
+from test.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 LONG = "the quick brown fox jumps over the lazy dog " * 25  # ~226 tokens
@@ -104,7 +105,7 @@ def test_a_replica_sigkilled_under_32_clients_answers_every_request_before_exit_
     unanswered = {o for o in outcomes if not isinstance(o, int) and o != "ConnectionRefusedError"}
     assert not unanswered, {o: outcomes[o] for o in unanswered}
     assert exited - k < 8.0, f"the server took {exited - k:.1f} s to exit"
-    assert wait_for(lambda: not running(children), 5.0), f"orphans left: {running(children)}"
+    assert wait_until(lambda: not running(children), 5.0), f"orphans left: {running(children)}"
     log = open(s.log_path).read()
     assert "sglang-scheduler-1 exited unexpectedly (killed by SIGKILL" in log
     assert "exiting with status 1" in log

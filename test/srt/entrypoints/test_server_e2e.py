@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 import requests
 
-from test.helpers.procs import running, wait_for
+from test.helpers.procs import running
 from test.helpers.responses import response_vectors as _vectors
 from test.helpers.server import ServerProcess
 from test.helpers.texts import load_texts
+from test.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 MODEL = "all-MiniLM-L6-v2"
@@ -157,7 +158,7 @@ def test_clean_shutdown_leaves_nothing_behind(sig):
     ipc_dir = s.ipc_dir()
     assert os.stat(ipc_dir).st_mode & 0o777 == 0o700
     assert s.stop(sig) == 0
-    assert wait_for(lambda: not running(children), 5.0)
+    assert wait_until(lambda: not running(children), 5.0)
     assert not os.path.exists(ipc_dir)
 
 

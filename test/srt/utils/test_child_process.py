@@ -15,7 +15,8 @@ from sglang.srt.entrypoints.engine_processes import EngineProcesses, describe_ex
 from sglang.srt.errors import ConfigError
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.process import mark_stopping, prepare_child_process, stop_requested
-from test.helpers.procs import is_running, wait_for
+from test.helpers.procs import is_running
+from test.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.slow  # every test here spawns child processes
 
@@ -77,8 +78,8 @@ def test_orphaned_child_exits_and_removes_the_ipc_dir():
     time.sleep(1.0)
     os.kill(middle.pid, signal.SIGKILL)  # the "server" dies without any cleanup
     middle.join(5)
-    assert wait_for(lambda: not is_running(child_pid), 5.0), "orphaned child still running"
-    assert wait_for(lambda: not os.path.exists(ipc_dir), 2.0), "orphaned child left the IPC dir behind"
+    assert wait_until(lambda: not is_running(child_pid), 5.0), "orphaned child still running"
+    assert wait_until(lambda: not os.path.exists(ipc_dir), 2.0), "orphaned child left the IPC dir behind"
 
 
 def test_exit_codes_in_words():

@@ -20,6 +20,7 @@ from sglang.srt.frontend.multimodal.image_source import parse_image_source
 from sglang.srt.frontend.multimodal.processors import Qwen2VLImages
 from sglang.srt.server_args import ServerArgs
 from test.helpers.images import ImageServer, data_uri, encode_image, gradient_image
+from test.helpers.waiting import wait_until_async
 
 pytestmark = pytest.mark.slow  # builds a model and runs local HTTP servers
 PNG = encode_image(gradient_image(100, 60, seed=1))
@@ -76,9 +77,7 @@ def test_cancelling_the_request_stops_its_fetches(gme_dir, images):
 
     async def scenario():
         task = asyncio.ensure_future(loader.load_all(sources))
-        deadline = time.monotonic() + 5
-        while images.open_to(path) < 3 and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+        assert await wait_until_async(lambda: images.open_to(path) >= 3, 5.0)
         assert images.open_to(path) == 3
         task.cancel()  # what a client that hangs up does to its request
         await asyncio.gather(task, return_exceptions=True)
