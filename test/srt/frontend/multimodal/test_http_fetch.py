@@ -15,6 +15,7 @@ from sglang.srt.frontend.multimodal.image_errors import FetchFailed
 from sglang.srt.frontend.multimodal.image_source import parse_url
 from sglang.srt.frontend.multimodal.url_guard import UrlPolicy
 from test.helpers.images import ImageServer, encode_image, gradient_image
+from test.helpers.waiting import wait_until_async
 
 PNG = encode_image(gradient_image(40, 30, seed=1))
 LOOPBACK_OK = UrlPolicy(allow_private=True)
@@ -102,7 +103,7 @@ def test_cancelling_a_fetch_closes_its_connection(server):
     async def scenario():
         fetcher = ImageUrlFetcher(LOOPBACK_OK, 30.0, 10**6)
         task = asyncio.ensure_future(fetcher.fetch(parse_url(server.url(path))))
-        await asyncio.sleep(0.3)
+        assert await wait_until_async(lambda: server.open_to(path) >= 1, 5.0)  # the drip has begun
         assert server.open_to(path) == 1
         task.cancel()
         with pytest.raises(asyncio.CancelledError):

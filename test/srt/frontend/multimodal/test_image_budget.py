@@ -11,16 +11,23 @@ import pytest
 from sglang.srt.frontend.multimodal.fetch_slots import FetchSlots
 from sglang.srt.frontend.multimodal.image_budget import TRIM_AFTER_BYTES, ImageMemory, MemoryTrimmer, RequestImages
 from sglang.srt.frontend.multimodal.image_errors import ImageMemoryFull
+from test.helpers.waiting import wait_until_async
 
 
 def _request(memory: ImageMemory, wait_s: float = 10.0) -> RequestImages:
     return RequestImages(memory, FetchSlots(8), fetch_share=2, decode_share=1, wait_s=wait_s)
 
 
-async def _pending(coro) -> asyncio.Task:
-    """Start `coro` and let it run until it waits."""
+def _waiters(memory: ImageMemory) -> int:
+    return len(memory._holds) + len(memory._decodes)
+
+
+async def _pending(memory: ImageMemory, coro) -> asyncio.Task:
+    """Start `coro` and return once it waits in `memory` (its hold or decode is queued there)."""
+    before = _waiters(memory)
     task = asyncio.ensure_future(coro)
-    await asyncio.sleep(0.01)
+    assert await wait_until_async(lambda: task.done() or _waiters(memory) > before, 1.0)
+    assert not task.done(), "it did not wait"
     return task
 
 
@@ -48,7 +55,7 @@ def test_the_earliest_request_waits_for_later_ones_and_its_room_is_kept():
         memory = ImageMemory(100)
         a, b, c = _request(memory), _request(memory), _request(memory)
         await b.hold(70)  # a later request got there first
-        waiting = await _pending(a.hold(50))  # a arrived earlier: it waits instead of failing
+        waiting = await _pending(memory, a.hold(50))  # a arrived earlier: it waits instead of failing
         assert not waiting.done()
         with pytest.raises(ImageMemoryFull):
             await c.hold(20)  # the 30 free bytes are kept for a's 50
@@ -76,7 +83,7 @@ def test_a_wait_ends_at_the_request_deadline_and_leaves_nothing_behind():
         assert not err.value.own_request and 0.15 < asyncio.get_running_loop().time() - start < 1
         assert memory.held == 90 and not memory._holds
         # a cancelled wait leaves nothing behind either
-        waiting = await _pending(memory.hold(a.seq, 20, float("inf")))
+        waiting = await _pending(memory, memory.hold(a.seq, 20, float("inf")))
         waiting.cancel()
         await asyncio.gather(waiting, return_exceptions=True)
         assert memory.held == 90 and not memory._holds and a.held == 0
@@ -89,7 +96,7 @@ def test_a_waiter_is_refused_once_earlier_requests_take_its_room():
         memory = ImageMemory(100)
         a, b, c = _request(memory), _request(memory), _request(memory)
         await c.hold(50)
-        waiting = await _pending(b.hold(60))  # b may wait: c (later) holds what it needs
+        waiting = await _pending(memory, b.hold(60))  # b may wait: c (later) holds what it needs
         await a.hold(45)  # a is earlier than b: it takes the free room, and b can no longer fit
         with pytest.raises(ImageMemoryFull) as err:
             await asyncio.wait_for(waiting, 1)
@@ -103,18 +110,18 @@ def test_decodes_wait_for_room_but_one_always_runs():
         memory = ImageMemory(100)
         req = _request(memory)
         await req.start_decode(500)  # bigger than the limit, but nothing else decodes: it runs
-        second = await _pending(req.start_decode(10))
+        second = await _pending(memory, req.start_decode(10))
         assert not second.done()
         req.end_decode(500)
         await asyncio.wait_for(second, 1)
         await req.hold(80)
-        third = await _pending(req.start_decode(20))  # 80 held + 10 decoding + 20 > 100
+        third = await _pending(memory, req.start_decode(20))  # 80 held + 10 decoding + 20 > 100
         assert not third.done()
         req.unhold(80)
         await asyncio.wait_for(third, 1)
         assert memory.decoding == 30 and memory.decoders == 2 and req.peak == 500
         # A cancelled waiter leaves nothing behind.
-        waiter = await _pending(req.start_decode(1000))
+        waiter = await _pending(memory, req.start_decode(1000))
         waiter.cancel()
         await asyncio.gather(waiter, return_exceptions=True)
         assert memory.decoding == 30
@@ -127,7 +134,7 @@ def test_holds_wait_for_decodes_so_memory_stays_under_the_limit_plus_one_decode(
         memory = ImageMemory(100)
         req = _request(memory)
         await req.start_decode(150)  # the one decode that may run over the limit
-        waiting = await _pending(req.hold(10))
+        waiting = await _pending(memory, req.hold(10))
         assert not waiting.done() and memory.held + memory.decoding == 150
         req.end_decode(150)
         await asyncio.wait_for(waiting, 1)
