@@ -9,6 +9,7 @@ import numpy as np
 
 from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.errors import EmbeddingError, ErrorKind
+from sglang.srt.frontend.chunking import ChunkPlan, Split, too_long_for_chunks
 from sglang.srt.frontend.rerank_prompt_tokens import PromptedPairs, check_instruction
 from sglang.srt.frontend.shared_inputs import (
     Bounded,
@@ -50,6 +51,12 @@ class InputTokenizer:
         self.truncate = server_args.allow_auto_truncate
         self.max_num_tokens = server_args.max_num_tokens
         self.max_request_tokens = server_args.max_request_tokens
+        # --max-embed-len: inputs up to it are cut into chunks of at most a context (and a batch) each.
+        self.chunks = (
+            ChunkPlan(min(self.context_length, self.max_num_tokens), server_args.max_embed_len)
+            if server_args.max_embed_len is not None
+            else None
+        )
         self._layout: Optional[SpecialLayout] = None  # the tokenizer's special tokens, probed on first use
         self._prompt_counts: dict[str, int] = {}
         self.pair_token_types = model_info.pair_token_types
@@ -66,8 +73,9 @@ class InputTokenizer:
         else:
             items = self._from_ids(req.input_ids, req)
         check_request_tokens(sum(len(ids) for ids, _ in items), self.max_request_tokens)
+        chunk_len = self.chunks.chunk_len if self._chunked(req) else None
         for ids, _ in items:
-            if len(ids) > self.max_num_tokens:
+            if len(ids) > self.max_num_tokens and chunk_len is None:
                 raise EmbeddingError(
                     ErrorKind.INVALID_REQUEST,
                     f"The input ({len(ids)} tokens) is longer than the server's per-batch token budget "
@@ -80,10 +88,26 @@ class InputTokenizer:
     def _truncates(self, req: Optional[EmbeddingReqInput]) -> bool:
         return self.truncate if req is None or req.truncate is None else req.truncate
 
+    def _chunked(self, req: Optional[EmbeddingReqInput]) -> bool:
+        """Whether inputs of `req` over the context are chunked (--max-embed-len, frontend/chunking.py)."""
+        return self.chunks is not None and self.chunks.applies(req)
+
+    def _input_limit(self, req: Optional[EmbeddingReqInput]) -> int:
+        """The longest input `req` may send: the context length, or --max-embed-len when chunked."""
+        return self.chunks.max_len if self._chunked(req) else self.context_length
+
     def _max_length(self, req: Optional[EmbeddingReqInput]) -> int:
         if req is None or req.max_tokens is None:
-            return self.context_length
-        return min(req.max_tokens, self.context_length)
+            return self._input_limit(req)
+        return min(req.max_tokens, self._input_limit(req))
+
+    def split(self, ids: np.ndarray, req: Optional[EmbeddingReqInput] = None) -> Split:
+        """An input's ids and, when it is over the context and chunked, its chunks' lengths."""
+        if not self._chunked(req) or len(ids) <= self.chunks.chunk_len:
+            return ids, None
+        plain = req is not None and req.input_ids is None and not req.add_special_tokens
+        pre, post = ((), ()) if plain else (self.layout.pre, self.layout.post)
+        return self.chunks.split(ids, pre, post)
 
     @property
     def layout(self) -> SpecialLayout:
@@ -93,7 +117,9 @@ class InputTokenizer:
 
     def _limit_name(self, req: Optional[EmbeddingReqInput]) -> str:
         limit = self._max_length(req)
-        return "model's context length" if limit >= self.context_length else f"request's max_tokens={limit}"
+        if limit >= self._input_limit(req):
+            return "server's --max-embed-len" if self._chunked(req) else "model's context length"
+        return f"request's max_tokens={limit}"
 
     def _tokenizer_for(self, req: Optional[EmbeddingReqInput]):
         if req is None or req.truncation_side != "left":
@@ -112,7 +138,7 @@ class InputTokenizer:
         if self._truncates(req):
             left = req is not None and req.truncation_side == "left"
             return ids[len(ids) - limit :] if left else ids[:limit]
-        if limit < self.context_length:  # a request's own max_tokens (Cohere's truncate NONE)
+        if limit < self._input_limit(req):  # a request's own max_tokens (Cohere's truncate NONE)
             where = "" if index is None else f" at index {index}"
             raise EmbeddingError(
                 ErrorKind.INVALID_REQUEST,
@@ -120,6 +146,8 @@ class InputTokenizer:
                 "allow truncation to cut it.",
                 param="input",
             )
+        if self._chunked(req):
+            raise EmbeddingError(ErrorKind.INVALID_REQUEST, too_long_for_chunks(len(ids), limit, index), param="input")
         raise EmbeddingError(
             ErrorKind.INVALID_REQUEST, too_long_message(len(ids), self.context_length, index), param="input"
         )
