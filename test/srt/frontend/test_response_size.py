@@ -16,7 +16,7 @@ from sglang.srt.frontend.response_size import (
     value_bytes,
 )
 from sglang.srt.frontend.tokenizer_manager import TokenizerManager
-from sglang.srt.layers.token_outputs import TOKENS_DOCUMENT, TOKENS_HIDDEN
+from sglang.srt.wire.token_kinds import TOKENS_DOCUMENT, TOKENS_HIDDEN
 from sglang.srt.renderer.token_render import render_token_row
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.wire.io_struct import FORMAT_BASE64, FORMAT_FLOAT, FORMAT_RAW, EmbeddingReqInput

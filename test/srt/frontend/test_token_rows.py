@@ -14,7 +14,7 @@ from sglang.srt.configs.colbert_config import ColbertConfig
 from sglang.srt.configs.model_info import OutputKind
 from sglang.srt.errors import EmbeddingError
 from sglang.srt.frontend.openai.multi_vector import maxsim, multi_vector_output
-from sglang.srt.layers.token_outputs import TOKENS_DOCUMENT, TOKENS_HIDDEN, TOKENS_QUERY
+from sglang.srt.wire.token_kinds import TOKENS_DOCUMENT, TOKENS_HIDDEN, TOKENS_QUERY
 from sglang.srt.renderer.detokenizer_manager import render_output
 from sglang.srt.wire.io_struct import (
     FORMAT_BASE64,

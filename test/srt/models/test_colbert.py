@@ -14,7 +14,7 @@ import torch
 from sglang.srt.configs.model_info import OutputKind
 from sglang.srt.frontend.colbert_inputs import ColbertInputs
 from sglang.srt.frontend.tokenization import InputTokenizer
-from sglang.srt.layers.token_outputs import TOKENS_DOCUMENT, TOKENS_HIDDEN, TOKENS_QUERY
+from sglang.srt.wire.token_kinds import TOKENS_DOCUMENT, TOKENS_HIDDEN, TOKENS_QUERY
 from test.helpers.colbert_reference import bge_m3_colbert_reference, colbert_reference
 from test.helpers.parity import make_runner, tokenize_for_runner
 from test.helpers.tiny_encoders import (

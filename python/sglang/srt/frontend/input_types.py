@@ -19,7 +19,7 @@ from typing import Optional
 
 from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.errors import EmbeddingError, ErrorKind
-from sglang.srt.layers.token_outputs import TOKENS_DOCUMENT, TOKENS_QUERY
+from sglang.srt.wire.token_kinds import TOKENS_DOCUMENT, TOKENS_QUERY
 
 # value -> the model prompts it selects, tried in order (the value itself always first).
 PROMPT_NAMES: dict[str, tuple[str, ...]] = {

@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 
 from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.errors import EmbeddingError, ErrorKind
-from sglang.srt.layers.token_outputs import TOKENS_HIDDEN
+from sglang.srt.wire.token_kinds import TOKENS_HIDDEN
 from sglang.srt.wire.io_struct import FORMAT_BASE64, FORMAT_FLOAT, FORMAT_RAW, EmbeddingReqInput
 
 # A float32 in JSON as orjson writes it, with its comma: 12.1 bytes measured on MiniLM's hidden

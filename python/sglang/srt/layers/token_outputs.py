@@ -22,15 +22,10 @@ from sglang.srt.configs.sentence_transformers import DenseLayerSpec
 from sglang.srt.errors import ConfigError
 from sglang.srt.layers.st_dense import STDenseStack
 from sglang.srt.model_loader.weight_utils import fill_parameters, read_tensors
+from sglang.srt.wire.token_kinds import TOKENS_DOCUMENT, TOKENS_HIDDEN, TOKENS_QUERY
 
 if TYPE_CHECKING:
     from sglang.srt.model_executor.forward_batch import ForwardBatch
-
-# What a row asks for (ForwardInput.token_output); None: a pooled vector only.
-TOKENS_HIDDEN = "hidden"  # every token's last hidden state, as is
-TOKENS_QUERY = "query"  # multi-vector head, a query (every token kept, expansion included)
-TOKENS_DOCUMENT = "document"  # multi-vector head, a document (skiplist tokens dropped)
-TOKEN_OUTPUTS = (TOKENS_HIDDEN, TOKENS_QUERY, TOKENS_DOCUMENT)
 
 
 @dataclass

@@ -282,8 +282,10 @@ def test_request_context_ids_metrics_and_log_line(caplog):
 
 def test_request_cancelled_by_the_shutdown_deadline_gets_a_503():
     metrics = ServerMetrics()
+    entered = asyncio.Event()  # bound to the loop that first waits on it
 
     async def stuck(scope, receive, send):
+        entered.set()
         await asyncio.sleep(3600)
 
     app = RequestContext(stuck, metrics, lambda: {"/v1/embeddings"})
@@ -299,7 +301,7 @@ def test_request_cancelled_by_the_shutdown_deadline_gets_a_503():
         task = asyncio.ensure_future(
             app({"type": "http", "method": "POST", "path": "/v1/embeddings", "headers": []}, receive, send)
         )
-        await asyncio.sleep(0.05)
+        await asyncio.wait_for(entered.wait(), 5)  # the request reached the app
         task.cancel()  # what uvicorn does once --graceful-timeout has passed
         await task  # answered and ended quietly: no CancelledError for uvicorn to log as a traceback
 
