@@ -8,12 +8,15 @@ captured CUDA graph).
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import torch
 from torch import nn
 
 from sglang.srt.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sglang.srt.model_executor.forward_batch import ForwardBatch
 
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 
@@ -84,6 +87,19 @@ class RotaryEmbedding(nn.Module):
     def rotate(self, x: torch.Tensor, cos_sin: torch.Tensor) -> torch.Tensor:
         """x: [T, heads * head_dim] -> the same shape and dtype, rotated per position."""
         return apply_rotary(x, cos_sin, self.head_dim)
+
+
+def run_local_global(
+    layers: Sequence[nn.Module], hidden: torch.Tensor, fb: ForwardBatch, local: RotaryEmbedding, full: RotaryEmbedding
+) -> torch.Tensor:
+    """Run `layers` in order, each with the RoPE table of its kind: `local` for a sliding-window
+    layer (`layer.sliding`), `full` for the others; each table is looked up once per batch. For the
+    models that give the two kinds their own RoPE base (Gemma 3, ModernBERT)."""
+    tables = {True: (local.lookup(fb.positions), local), False: (full.lookup(fb.positions), full)}
+    for layer in layers:
+        cos_sin, rotary = tables[bool(layer.sliding)]
+        hidden = layer(hidden, cos_sin, rotary, fb)
+    return hidden
 
 
 def apply_rotary(x: torch.Tensor, cos_sin: torch.Tensor, head_dim: int) -> torch.Tensor:

@@ -31,7 +31,7 @@ from sglang.srt.layers.activation import act_and_mul, get_activation
 from sglang.srt.layers.attention.layer import AttentionLayer
 from sglang.srt.layers.layernorm import RMSNorm
 from sglang.srt.layers.linear import Linear, MergedLinear, QKVLinear
-from sglang.srt.layers.rotary_embedding import RotaryEmbedding
+from sglang.srt.layers.rotary_embedding import RotaryEmbedding, run_local_global
 from sglang.srt.layers.row_chunks import in_row_chunks
 from sglang.srt.model_loader.weight_utils import default_weight_loader
 from sglang.srt.models.decoder import DECODER_STACKED_PARAMS, load_decoder_weights, rotary_self_attention
@@ -170,13 +170,7 @@ class Gemma3Model(nn.Module):
 
     def run_layers(self, hidden: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
         """Layers and final norm (no host syncs: the part a CUDA graph captures)."""
-        cos_sin_local = self.rotary_local.lookup(fb.positions)
-        cos_sin_global = self.rotary_global.lookup(fb.positions)
-        for layer in self.layers:
-            if layer.sliding:
-                hidden = layer(hidden, cos_sin_local, self.rotary_local, fb)
-            else:
-                hidden = layer(hidden, cos_sin_global, self.rotary_global, fb)
+        hidden = run_local_global(self.layers, hidden, fb, self.rotary_local, self.rotary_global)
         return self.norm(hidden)
 
     def forward(self, fb: ForwardBatch) -> torch.Tensor:

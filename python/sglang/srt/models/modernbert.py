@@ -25,7 +25,7 @@ from sglang.srt.layers.activation import get_activation
 from sglang.srt.layers.attention.layer import AttentionLayer
 from sglang.srt.layers.layernorm import LayerNorm
 from sglang.srt.layers.linear import Linear
-from sglang.srt.layers.rotary_embedding import RotaryEmbedding
+from sglang.srt.layers.rotary_embedding import RotaryEmbedding, run_local_global
 from sglang.srt.model_loader.weight_utils import load_weights_into, strip_prefix
 from sglang.srt.models.bert import frozen_embedding
 
@@ -141,13 +141,7 @@ class ModernBertModel(nn.Module):
         return self.embeddings(fb)
 
     def run_layers(self, hidden: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
-        cos_sin_local = self.rotary_local.lookup(fb.positions)
-        cos_sin_global = self.rotary_global.lookup(fb.positions)
-        for layer in self.layers:
-            if layer.sliding:
-                hidden = layer(hidden, cos_sin_local, self.rotary_local, fb)
-            else:
-                hidden = layer(hidden, cos_sin_global, self.rotary_global, fb)
+        hidden = run_local_global(self.layers, hidden, fb, self.rotary_local, self.rotary_global)
         return self.final_norm(hidden)
 
     def forward(self, fb: ForwardBatch) -> torch.Tensor:
