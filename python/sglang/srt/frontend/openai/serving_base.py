@@ -1,9 +1,12 @@
-"""The one shape of every inference route: validate -> convert -> run -> render.
+"""The common shape of an inference route: validate -> convert -> run -> render.
 
 `handle` runs the steps in that order; a route says what its request must satisfy (`validate`,
 by default the `model` check of check_model_name), how it becomes an EmbeddingReqInput
 (`convert`), and how the tokenizer manager's result becomes the response body (`render`). Between
-convert and run, every route refuses more inputs than one request may carry.
+convert and run, it refuses more inputs than one request may carry. Routes that need more than
+one engine request per HTTP request (a query and its documents: MaxSim or cosine rerank, vLLM's
+/score, TEI's mixed /predict batches) or that hand off to another serving class override `handle`
+and call the same checks themselves.
 """
 
 from __future__ import annotations
