@@ -12,8 +12,8 @@ from sglang.srt.frontend.embed_options import set_prompt
 from sglang.srt.frontend.input_types import input_type_prompt, token_side
 from sglang.srt.frontend.openai.multi_vector import check_multi_vector_options
 from sglang.srt.frontend.openai.protocol import EmbeddingRequest
-from sglang.srt.wire.token_kinds import TOKENS_DOCUMENT, TOKENS_QUERY
 from sglang.srt.wire.io_struct import EmbeddingReqInput
+from sglang.srt.wire.token_kinds import TOKENS_DOCUMENT, TOKENS_QUERY
 from test.helpers.model_info import make_model_info
 
 E5 = (("query", "query: "), ("passage", "passage: "), ("Retrieval-query", "Represent the query: "))

@@ -16,10 +16,10 @@ from sglang.srt.frontend.response_size import (
     value_bytes,
 )
 from sglang.srt.frontend.tokenizer_manager import TokenizerManager
-from sglang.srt.wire.token_kinds import TOKENS_DOCUMENT, TOKENS_HIDDEN
 from sglang.srt.renderer.token_render import render_token_row
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.wire.io_struct import FORMAT_BASE64, FORMAT_FLOAT, FORMAT_RAW, EmbeddingReqInput
+from sglang.srt.wire.token_kinds import TOKENS_DOCUMENT, TOKENS_HIDDEN
 from test.helpers.model_info import make_model_info
 from test.helpers.zmq_peer import next_message, stays_quiet
 

@@ -14,7 +14,6 @@ from sglang.srt.configs.colbert_config import ColbertConfig
 from sglang.srt.configs.model_info import OutputKind
 from sglang.srt.errors import EmbeddingError
 from sglang.srt.frontend.openai.multi_vector import maxsim, multi_vector_output
-from sglang.srt.wire.token_kinds import TOKENS_DOCUMENT, TOKENS_HIDDEN, TOKENS_QUERY
 from sglang.srt.renderer.detokenizer_manager import render_output
 from sglang.srt.wire.io_struct import (
     FORMAT_BASE64,
@@ -24,6 +23,7 @@ from sglang.srt.wire.io_struct import (
     TokenizedEmbeddingReqInput,
 )
 from sglang.srt.wire.msgcodec import decode, encode
+from sglang.srt.wire.token_kinds import TOKENS_DOCUMENT, TOKENS_HIDDEN, TOKENS_QUERY
 from test.helpers.model_info import make_model_info
 
 

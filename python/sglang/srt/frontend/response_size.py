@@ -13,8 +13,8 @@ from typing import Optional, Sequence
 
 from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.errors import EmbeddingError, ErrorKind
-from sglang.srt.wire.token_kinds import TOKENS_HIDDEN
 from sglang.srt.wire.io_struct import FORMAT_BASE64, FORMAT_FLOAT, FORMAT_RAW, EmbeddingReqInput
+from sglang.srt.wire.token_kinds import TOKENS_HIDDEN
 
 # A float32 in JSON as orjson writes it, with its comma: 12.1 bytes measured on MiniLM's hidden
 # states ("-0.12345678,"); 13 leaves room for larger magnitudes and exponents (at most 15).

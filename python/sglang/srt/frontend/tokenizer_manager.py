@@ -28,7 +28,6 @@ from sglang.srt.frontend.multimodal.preparer import attach as attach_images
 from sglang.srt.frontend.response_size import check_per_token_size
 from sglang.srt.frontend.shared_inputs import work_chars
 from sglang.srt.frontend.tokenization import InputTokenizer
-from sglang.srt.wire.token_kinds import TOKENS_DOCUMENT, TOKENS_QUERY
 from sglang.srt.metrics.server_metrics import ServerMetrics
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.network import PortArgs, make_socket
@@ -41,6 +40,7 @@ from sglang.srt.wire.io_struct import (
 )
 from sglang.srt.wire.msgcodec import decode
 from sglang.srt.wire.request_tracing import request_span
+from sglang.srt.wire.token_kinds import TOKENS_DOCUMENT, TOKENS_QUERY
 
 logger = logging.getLogger(__name__)
 

@@ -18,6 +18,7 @@ from sglang.srt.frontend.http.http_protocol import ConnectionLimits, limited_pro
 from sglang.srt.frontend.http.middleware import DrainGuard, ServerLifecycle
 from sglang.srt.frontend.http.uvicorn_server import UvicornServer, make_listen_socket, on_loop, serve
 from sglang.srt.utils.network import get_free_port
+from test.helpers.waiting import wait_until
 
 GET = b"GET /work HTTP/1.1\r\nHost: x\r\n\r\n"
 
@@ -40,9 +41,7 @@ class Harness:
         self.sock = make_listen_socket("127.0.0.1", self.port, reuse_port=False)
         self.thread = threading.Thread(target=serve, args=(self.server, self.sock), daemon=True)
         self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started and time.monotonic() < deadline:
-            time.sleep(0.02)
+        assert wait_until(lambda: self.server.started, 10), "uvicorn did not start"
 
     async def app(self, scope, receive, send):
         if scope["type"] != "http":
@@ -86,15 +85,6 @@ def _read_answer(sock: socket.socket) -> bytes:
         out += data
 
 
-def _wait(cond, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return cond()
-
-
 @pytest.fixture
 def harness():
     h = Harness()
@@ -107,7 +97,7 @@ def test_in_flight_and_kept_alive_requests_are_answered_then_the_server_stops(ha
     busy = [_connect(harness.port) for _ in range(4)]
     for s in busy:
         s.sendall(GET)
-    assert _wait(lambda: len(harness.waiting) == 4, 5)
+    assert wait_until(lambda: len(harness.waiting) == 4, 5)
     idle = _connect(harness.port)  # kept alive after one answered request
     idle.sendall(b"GET /other HTTP/1.1\r\nHost: x\r\n\r\n")
     assert idle.recv(4096).startswith(b"HTTP/1.1 200 ")
@@ -121,7 +111,7 @@ def test_in_flight_and_kept_alive_requests_are_answered_then_the_server_stops(ha
     reply = _read_answer(idle)
     assert reply.startswith(b"HTTP/1.1 503 ") and b"connection: close" in reply.lower(), reply
     assert b"test replica exited" in reply and reply.endswith(b"<EOF>")
-    assert _wait(lambda: not harness.thread.is_alive(), 3.0), "uvicorn did not stop once every connection closed"
+    assert wait_until(lambda: not harness.thread.is_alive(), 3.0), "uvicorn did not stop once every connection closed"
     assert time.monotonic() - t0 < 3.0  # well before the 5 s grace
     for s in [*busy, idle]:
         s.close()
@@ -132,7 +122,7 @@ def test_an_idle_connection_holds_the_stop_only_for_the_grace(harness):
     idle.sendall(b"GET /other HTTP/1.1\r\nHost: x\r\n\r\n")
     assert idle.recv(4096).startswith(b"HTTP/1.1 200 ")
     t0 = harness.die(grace=0.5)
-    assert _wait(lambda: not harness.thread.is_alive(), 5.0)
+    assert wait_until(lambda: not harness.thread.is_alive(), 5.0)
     assert 0.4 < time.monotonic() - t0 < 3.0
     assert _read_answer(idle) == b"<EOF>"  # closed quietly once the grace ran out
     idle.close()

@@ -20,8 +20,8 @@ from sglang.srt.frontend.inputs import normalize_input
 from sglang.srt.frontend.openai.serving_base import OpenAIServingBase
 from sglang.srt.frontend.openai.task_protocol import EmbedAllRequest
 from sglang.srt.frontend.tokenizer_manager import EmbeddingResult
-from sglang.srt.wire.token_kinds import TOKENS_HIDDEN
 from sglang.srt.wire.io_struct import FORMAT_FLOAT, EmbeddingReqInput
+from sglang.srt.wire.token_kinds import TOKENS_HIDDEN
 
 
 def check_per_token_model(model_info: ModelInfo, served: str, route: str) -> None:

@@ -21,8 +21,8 @@ from sglang.srt.frontend.openai.multi_vector import maxsim
 from sglang.srt.frontend.openai.serving_base import OpenAIServingBase
 from sglang.srt.frontend.openai.task_protocol import RerankRequest
 from sglang.srt.frontend.tokenizer_manager import EmbeddingResult, payload_to_array
-from sglang.srt.wire.token_kinds import TOKENS_DOCUMENT, TOKENS_QUERY
 from sglang.srt.wire.io_struct import FORMAT_RAW, EmbeddingReqInput
+from sglang.srt.wire.token_kinds import TOKENS_DOCUMENT, TOKENS_QUERY
 
 
 def rank_scores(scores: list[float], documents: list[str], top_n: Optional[int], return_documents: bool) -> list:

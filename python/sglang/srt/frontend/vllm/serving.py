@@ -34,8 +34,8 @@ from sglang.srt.frontend.openai.serving_embedding import (
 from sglang.srt.frontend.tokenizer_manager import EmbeddingResult, payload_to_array
 from sglang.srt.frontend.vllm.protocol import PoolingRequest
 from sglang.srt.frontend.vllm.token_embed import render_rows, shape_rows, token_rows
-from sglang.srt.wire.token_kinds import TOKENS_HIDDEN
 from sglang.srt.wire.io_struct import FORMAT_RAW, EmbeddingReqInput
+from sglang.srt.wire.token_kinds import TOKENS_HIDDEN
 
 TASKS = ("embed", "classify", "token_embed")
 # Options of the embedding body that class probabilities do not take, with their unset values.
