@@ -39,9 +39,22 @@ def parse_serve_args(
         raise ConfigError(explain_error(str(e), parser, used)) from None
 
 
+SAGEMAKER_PORT = "8080"
+
+
+def sagemaker_mode(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[list[str], Mapping[str, str]]:
+    """SageMaker runs the image (ENTRYPOINT `sglang serve`) with the argument `serve`, and expects
+    port 8080: a leading `serve` is dropped and makes 8080 the port unless SGLANG_PORT or --port
+    say otherwise (docs/sagemaker.md). Other arguments pass through unchanged."""
+    if list(argv[:1]) != ["serve"]:
+        return list(argv), environ
+    return list(argv[1:]), {"SGLANG_PORT": SAGEMAKER_PORT, **environ}
+
+
 def serve(argv: Sequence[str], prog: str = "sglang serve") -> int:
     try:
-        server_args = parse_serve_args(argv, prog=prog)
+        argv, environ = sagemaker_mode(argv, os.environ)
+        server_args = parse_serve_args(argv, environ, prog=prog)
         from sglang.srt.configs.model_config import check_model
 
         # Model problems (unsupported architecture, missing --is-embedding, uncached hub id, ...)

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from sglang.cli import build_serve_parser
+from sglang.cli import build_serve_parser, parse_serve_args, sagemaker_mode
 from sglang.srt.server_args import ServerArgs
 
 FLAGS = [
@@ -84,3 +84,15 @@ def test_offline_uncached_hub_id_is_one_line_error():
 def test_bad_flag_values_are_rejected():
     r = _run("-m", "sglang.launch_server", "--max-batch-size", "0")
     assert r.returncode != 0 and "--max-batch-size must be at least 1" in r.stderr
+
+
+def test_sagemaker_serve_argument_means_port_8080_unless_told_otherwise():
+    """SageMaker runs the image as `docker run IMAGE serve`: the ENTRYPOINT sees `sglang serve serve`."""
+    argv, env = sagemaker_mode(["serve"], {})
+    assert parse_serve_args(argv, env).port == 8080
+    argv, env = sagemaker_mode(["serve"], {"SGLANG_PORT": "9000"})
+    assert parse_serve_args(argv, env).port == 9000
+    argv, env = sagemaker_mode(["serve", "--port", "7000"], {"SGLANG_PORT": "9000"})
+    assert parse_serve_args(argv, env).port == 7000
+    argv, env = sagemaker_mode(["--port", "7000"], {})  # no `serve`: nothing changes
+    assert argv == ["--port", "7000"] and env == {} and parse_serve_args([], {}).port == 30000

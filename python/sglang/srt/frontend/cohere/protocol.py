@@ -1,8 +1,9 @@
-"""Cohere's v2 embed request (cohere-openapi.yaml `V2EmbedRequest`); unknown fields are ignored."""
+"""Cohere's v2 and v1 embed requests (cohere-openapi.yaml `V2EmbedRequest`, v1 `embed`); unknown fields
+are ignored."""
 
 from __future__ import annotations
 
-from typing import Literal, Optional, Union
+from typing import ClassVar, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
@@ -46,3 +47,22 @@ class CohereEmbedRequest(BaseModel):
     )
     truncate: StrictStr = Field("END", description="END cuts the end, START the start, NONE refuses long inputs.")
     priority: Optional[StrictInt] = Field(None, description="Accepted and ignored.")
+
+
+class CohereV1EmbedRequest(BaseModel):
+    """v1's body (`cohere.Client.embed`): texts or images, no `inputs`, `max_tokens` or `output_dimension`."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: Optional[StrictStr] = Field(None, description="Any name is served (see --strict-model-name).")
+    input_type: Optional[StrictStr] = Field(None, description="As on /v2/embed.")
+    texts: Optional[list[StrictStr]] = None
+    images: Optional[list[StrictStr]] = Field(None, description="Data URIs (or URLs); needs an image model.")
+    embedding_types: Optional[list[StrictStr]] = Field(
+        None, description="Absent: `embeddings_floats` (a list of vectors); else `embeddings_by_type`."
+    )
+    truncate: StrictStr = Field("END", description="END cuts the end, START the start, NONE refuses long inputs.")
+    # what the v2 serving class reads, fixed for v1
+    inputs: ClassVar[None] = None
+    max_tokens: ClassVar[None] = None
+    output_dimension: ClassVar[None] = None

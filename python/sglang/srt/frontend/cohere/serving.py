@@ -1,4 +1,4 @@
-"""POST /v2/embed: Cohere's embed API on the serving base.
+"""POST /v2/embed and /v1/embed: Cohere's embed API on the serving base.
 
 `input_type` picks a prompt as on /v1/embeddings (frontend/input_types.py): the model's prompt
 of exactly that name, else `query` for search_query and `document` (or `passage`) for
@@ -67,7 +67,8 @@ class CohereServingEmbed(OpenAIServingBase[CohereEmbedRequest]):
             raise invalid(f"Model '{self.served_model_name}' is a classifier, not an embedding model.", "model")
         if Capability.EMBED not in self.tm.model_info.capabilities:
             raise invalid(
-                f"Model '{self.served_model_name}' has no dense vector for /v2/embed; use /v1/embeddings.", "model"
+                f"Model '{self.served_model_name}' has no dense vector for {self.endpoint}; use /v1/embeddings.",
+                "model",
             )
 
     def convert(self, request: CohereEmbedRequest) -> EmbeddingReqInput:
@@ -83,17 +84,37 @@ class CohereServingEmbed(OpenAIServingBase[CohereEmbedRequest]):
             req.prompt = input_type_prompt(self.tm.model_info, request.input_type)
         return req
 
+    api_version = "2"
+
     def render(self, request: CohereEmbedRequest, result: EmbeddingResult, rid: Optional[str]) -> bytes:
         vectors = np.stack([payload_to_array(p) for p in result.payloads])
         types = check_embedding_types(request.embedding_types) or ["float"]
+        return self.answer(request, result, by_type(vectors, types), "embeddings_by_type")
+
+    def answer(self, request, result: EmbeddingResult, embeddings, response_type: str) -> bytes:
         body = {
             "id": str(uuid.uuid4()),
-            "embeddings": by_type(vectors, types),
+            "embeddings": embeddings,
             "texts": list(request.texts or []),
             "meta": {
-                "api_version": {"version": "2"},
+                "api_version": {"version": self.api_version},
                 "billed_units": {"input_tokens": sum(result.prompt_tokens)},
             },
-            "response_type": "embeddings_by_type",
+            "response_type": response_type,
         }
         return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+class CohereV1ServingEmbed(CohereServingEmbed):
+    """POST /v1/embed, as `cohere.Client(...).embed(...)` (the v1 SDK) calls it: the v2 route's
+    inputs and options, answered `embeddings_floats` (a bare list of vectors) unless
+    `embedding_types` asks for `embeddings_by_type`."""
+
+    endpoint = "/v1/embed"
+    api_version = "1"
+
+    def render(self, request: CohereEmbedRequest, result: EmbeddingResult, rid: Optional[str]) -> bytes:
+        if request.embedding_types is not None:
+            return super().render(request, result, rid)
+        vectors = np.stack([payload_to_array(p) for p in result.payloads])
+        return self.answer(request, result, vectors, "embeddings_floats")

@@ -17,7 +17,7 @@ from typing import Optional
 from sglang.srt.server_args import ServerArgs
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
-OPEN_PATHS = frozenset({"/health"})  # probes often use an IP; /health tells an attacker nothing
+OPEN_PATHS = frozenset({"/health", "/ping"})  # probes often use an IP; health tells an attacker nothing
 
 
 def is_loopback(host: str) -> bool:

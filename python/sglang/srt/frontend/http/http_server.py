@@ -22,6 +22,7 @@ from starlette.routing import Match
 
 from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.errors import EmbeddingError, ErrorKind
+from sglang.srt.frontend.cohere.routes import add_cohere_routes
 from sglang.srt.frontend.compat_routes import add_compat_routes, model_card
 from sglang.srt.frontend.http.engine_death import wind_down
 from sglang.srt.frontend.http.error_styles import ErrorStyles, tei_style
@@ -46,6 +47,7 @@ from sglang.srt.frontend.openai.task_protocol import (
     SparseEmbedRequest,
     SparseValue,
 )
+from sglang.srt.frontend.sagemaker import add_sagemaker_routes
 from sglang.srt.frontend.tei.routes import add_tei_routes
 from sglang.srt.frontend.tokenizer_manager import TokenizerManager
 from sglang.srt.metrics.prometheus import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -83,6 +85,7 @@ _INPUT_SHAPES = {
         'or a list of {"text", "image"} objects'
     ),
     "/embed_sparse": "a string or a list of strings",
+    "/v2/embed": 'a list of {"content": [{"type": "text" | "image_url", ...}]} objects',
 }
 
 
@@ -231,6 +234,8 @@ def create_app(
     # HEAD as its own route, out of the schema: one route with both methods gives both the same
     # OpenAPI operation id, and FastAPI warns about the duplicate on every /openapi.json.
     app.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)
+    # SageMaker's health check (docs/sagemaker.md): the same answer as /health
+    app.add_api_route("/ping", health, methods=["GET"], summary="SageMaker health (as /health)")
 
     @app.get("/metrics")
     async def prometheus_metrics():
@@ -304,6 +309,8 @@ def create_app(
     # ----- the peers' routes (docs/migrating.md) -----
     add_tei_routes(app, server_args, model_info, serve_task, json_response, app.version)
     add_compat_routes(app, server_args, model_info, serve_task, json_response, created)
+    add_cohere_routes(app, server_args.served_model_name, serve_task)
+    add_sagemaker_routes(app)  # last: it hands requests to the routes above
     return app
 
 

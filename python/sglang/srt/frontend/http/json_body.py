@@ -7,6 +7,8 @@ request model, validates it too; FastAPI then finds the finished model and only 
 - orjson reads UTF-8 only: UTF-16/32 bodies (which `json.loads` would guess and accept) and lone
   surrogate escapes (`"\\ud800"`, which no UTF-8 response could echo) are 400s, never a 500.
 - Routes that read their body by hand (the body's shape picks the dialect) use `read_json`.
+- A route that parses a body to pick another route (SageMaker's /invocations) hands the value
+  over (`hand_over`): the chosen route validates it without parsing it again.
 - Bodies over LARGE_BODY_BYTES are parsed and validated in a worker thread (one per route, so
   large bodies queue instead of piling up). orjson and pydantic hold the GIL while they run, but
   each step is short (about 0.1 s for 7 MB of token ids, where `json.loads` plus a union tried
@@ -27,6 +29,7 @@ from fastapi.routing import APIRoute
 from starlette.requests import Request
 
 LARGE_BODY_BYTES = 256 * 1024
+PARSED_BODY = "sglang.parsed_body"  # scope key: (value, body size) of a body parsed before dispatch
 
 
 def json_error(exc: orjson.JSONDecodeError, body: bytes) -> RequestValidationError:
@@ -60,12 +63,22 @@ def parse_body(body: bytes, field: Optional[Any]) -> Any:
         value = loads(body)
     except orjson.JSONDecodeError as e:
         raise json_error(e, body) from None
+    return validate_value(value, field)
+
+
+def validate_value(value: Any, field: Optional[Any]) -> Any:
     if field is None:
         return value
     validated, errors = field.validate(value, {}, loc=("body",))
     if errors:
         raise RequestValidationError(errors, body=value)
     return validated
+
+
+def hand_over(scope: dict, value: Any, size: int) -> None:
+    """Mark a request whose body a dispatching route (/invocations) already parsed: the route it
+    is handed to validates `value` without parsing the `size` bytes again."""
+    scope[PARSED_BODY] = (value, size)
 
 
 class JsonBodyRoute(APIRoute):
@@ -78,6 +91,12 @@ class JsonBodyRoute(APIRoute):
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="json-body")
         return self._executor
 
+    async def _run(self, size: int, fn, *args) -> Any:
+        """`fn(*args)` here for a small body, in the route's worker thread for a large one."""
+        if size > LARGE_BODY_BYTES:
+            return await asyncio.get_running_loop().run_in_executor(self._pool(), fn, *args)
+        return fn(*args)
+
     def get_route_handler(self):
         handler = super().get_route_handler()
         field = self.body_field
@@ -87,14 +106,15 @@ class JsonBodyRoute(APIRoute):
         model_field = None if getattr(self, "_embed_body_fields", True) else field
 
         async def parse_then_handle(request: Request):
-            body = await request.body()
-            if body:
-                if len(body) > LARGE_BODY_BYTES:
-                    loop = asyncio.get_running_loop()
-                    value = await loop.run_in_executor(self._pool(), parse_body, body, model_field)
-                else:
-                    value = parse_body(body, model_field)
-                request._json = value  # what Request.json() returns; FastAPI reads the body through it
+            parsed = request.scope.pop(PARSED_BODY, None)
+            if parsed is not None:  # parsed by the route that dispatched here (hand_over)
+                value, size = parsed
+                request._json = await self._run(size, validate_value, value, model_field)
+            else:
+                body = await request.body()
+                if body:
+                    # what Request.json() returns; FastAPI reads the body through it
+                    request._json = await self._run(len(body), parse_body, body, model_field)
             return await handler(request)
 
         return parse_then_handle
@@ -103,6 +123,9 @@ class JsonBodyRoute(APIRoute):
 async def read_json(raw: Request) -> Optional[Any]:
     """The parsed body, or None when it is not JSON. orjson, not the json module: a body nested
     thousands of levels deep is a parse error here, not a RecursionError (a 500)."""
+    parsed = raw.scope.pop(PARSED_BODY, None)
+    if parsed is not None:  # parsed by the route that dispatched here (hand_over)
+        return parsed[0]
     try:
         return loads(await raw.body())
     except (orjson.JSONDecodeError, RecursionError):

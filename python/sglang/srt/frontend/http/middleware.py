@@ -7,7 +7,7 @@ a task and a memory stream each. Outer to inner, as `install_middleware` stacks 
     HostGuard       --allowed-hosts: 400 for a Host header the server does not answer to (host_guard.py)
     CORSMiddleware  only with --cors-allow-origin (otherwise cross-origin browser reads stay closed)
     DrainGuard      503 once SIGTERM/SIGINT started a graceful shutdown
-    ApiKeyAuth      --api-key: `Authorization: Bearer KEY` on every route but /health, else 401
+    ApiKeyAuth      --api-key: `Authorization: Bearer KEY` on every route but /health and /ping, else 401
     BodyLimits      --max-payload-bytes -> 413; POST bodies must be JSON (415), arrive within
                     --body-timeout (408), and are read once here
     QueueFullGuard  429 for inference routes while the queue has no room, before parsing or tokenizing
@@ -42,7 +42,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 EMBEDDINGS_ROUTE = "/v1/embeddings"
 INFERENCE_ROUTES = frozenset(
     {EMBEDDINGS_ROUTE, "/v1/classify", "/v1/rerank", "/embed_sparse", "/embed_all"}
-    | {"/embeddings", "/embed", "/rerank", "/predict", "/pooling", "/v2/embed"}  # peers' routes (docs/migrating.md)
+    | {"/embeddings", "/embed", "/rerank", "/predict", "/pooling", "/v1/embed", "/v2/embed"}  # peers' (migrating.md)
+    | {"/invocations"}  # SageMaker (docs/sagemaker.md)
 )
 UNMATCHED_ROUTE = "unmatched"  # metric label for paths no route serves (keeps label values bounded)
 _REQUEST_ID_RE = re.compile(r"^[\x21-\x7e]{1,128}$")  # printable ASCII, no spaces, at most 128
@@ -221,9 +222,9 @@ class HostGuard:
 
 
 class ApiKeyAuth:
-    """`Authorization: Bearer KEY` on every route but /health, compared in constant time."""
+    """`Authorization: Bearer KEY` on every route but /health and /ping, compared in constant time."""
 
-    OPEN_PATHS = frozenset({"/health"})
+    OPEN_PATHS = frozenset({"/health", "/ping"})  # /ping: SageMaker's health check sends no key
 
     def __init__(self, app: ASGIApp, api_key: str) -> None:
         self.app = app

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Optional
 from sglang.srt.frontend.http.middleware import ASGIApp, Receive, Scope, Send, request_state
 from sglang.srt.utils.tracing import Tracing
 
-UNTRACED_PATHS = frozenset({"/health", "/metrics"})
+UNTRACED_PATHS = frozenset({"/health", "/ping", "/metrics"})
 _PROPAGATION_HEADERS = (b"traceparent", b"tracestate")
 
 
