@@ -17,7 +17,7 @@ from sglang.srt.frontend.http.middleware import (
     QueueFullGuard,
     RequestContext,
     ServerLifecycle,
-    request_state,
+    request_info,
 )
 from sglang.srt.metrics.server_metrics import ServerMetrics
 from sglang.srt.server_args import ServerArgs
@@ -39,7 +39,7 @@ class Echo:
             if not msg.get("more_body"):
                 break
         ctype = dict(scope["headers"]).get(b"content-type", b"").decode()
-        request_state(scope).setdefault("log_fields", {})["inputs"] = 1
+        request_info(scope).log_fields["inputs"] = 1
         out = json.dumps(
             {"len": len(body), "body": body.decode("latin-1"), "content_type": ctype, "path": scope["path"]}
         ).encode()

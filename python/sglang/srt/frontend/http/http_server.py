@@ -28,7 +28,7 @@ from sglang.srt.frontend.http.engine_death import wind_down
 from sglang.srt.frontend.http.error_styles import ErrorStyles, tei_style
 from sglang.srt.frontend.http.http_errors import CLIENT_CLOSED, HTTP_STATUS, HttpError
 from sglang.srt.frontend.http.json_body import JsonBodyRoute
-from sglang.srt.frontend.http.middleware import UNMATCHED_ROUTE, ServerLifecycle, install_middleware, request_state
+from sglang.srt.frontend.http.middleware import UNMATCHED_ROUTE, ServerLifecycle, install_middleware, request_info
 from sglang.srt.frontend.http.response_parts import Parts, PartsResponse
 from sglang.srt.frontend.http.trace_middleware import TraceRequests
 from sglang.srt.frontend.http.uvicorn_server import on_loop
@@ -262,10 +262,10 @@ def create_app(
     ) -> Response:
         """Run one inference route: cancelled on disconnect, timed, logged, timing headers set."""
         # The middleware stamped the request's arrival and id (echoed as x-request-id).
-        state = request_state(raw.scope)
-        start = state.get("start_time") or time.monotonic()
-        fields = state["log_fields"] = log_fields if log_fields is not None else {}
-        body, result = await cancel_on_disconnect(raw, work(state.get("request_id")))
+        info = request_info(raw.scope)
+        start, fields = info.start_time, info.log_fields
+        fields.update(log_fields or {})
+        body, result = await cancel_on_disconnect(raw, work(info.request_id))
         fields.setdefault("inputs", len(result.payloads))
         fields.update(
             prompt_tokens=sum(result.prompt_tokens),

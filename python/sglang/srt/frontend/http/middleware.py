@@ -23,7 +23,7 @@ import logging
 import re
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Optional
 
 from sglang.srt.errors import EmbeddingError, ErrorKind, queue_full_error
@@ -61,9 +61,27 @@ class ServerLifecycle:
     dead_reason: Optional[str] = None  # an engine process died: every request gets 503 (engine_death.py)
 
 
-def request_state(scope: Scope) -> dict:
-    """The per-request dict behind Starlette's `request.state` (routes add log fields to it)."""
-    return scope.setdefault("state", {})
+@dataclass
+class RequestInfo:
+    """What this server keeps per HTTP request across its middlewares and routes: the id echoed as
+    x-request-id (None until RequestContext set it), the arrival time (monotonic) and the fields the
+    route adds to the request's log line."""
+
+    request_id: Optional[str] = None
+    start_time: float = field(default_factory=time.monotonic)
+    log_fields: dict[str, Any] = field(default_factory=dict)
+
+
+_REQUEST_INFO = "sglang.request"  # its key in the scope's per-request state (Starlette's request.state)
+
+
+def request_info(scope: Scope) -> RequestInfo:
+    """The request's RequestInfo, made on first use (RequestContext, the outer one, makes it)."""
+    state = scope.setdefault("state", {})
+    info = state.get(_REQUEST_INFO)
+    if info is None:
+        info = state[_REQUEST_INFO] = RequestInfo()
+    return info
 
 
 async def send_error(
@@ -104,9 +122,8 @@ class RequestContext:
         start = time.monotonic()
         given = _header(scope, b"x-request-id")
         rid = given if given is not None and _REQUEST_ID_RE.match(given) else uuid.uuid4().hex
-        state = request_state(scope)
-        state["request_id"] = rid
-        state["start_time"] = start
+        info = request_info(scope)
+        info.request_id, info.start_time = rid, start
         status: list[Any] = [None]
         disconnected = False
 
@@ -157,10 +174,10 @@ class RequestContext:
             if route == EMBEDDINGS_ROUTE and code == "200":
                 self.metrics.request_duration.observe(elapsed)
             if self.log_requests:
-                self._log(scope, rid, route, path, code, elapsed, state)
+                self._log(scope, rid, route, path, code, elapsed, info.log_fields)
 
     @staticmethod
-    def _log(scope: Scope, rid: str, route: str, path: str, code: str, elapsed: float, state: dict) -> None:
+    def _log(scope: Scope, rid: str, route: str, path: str, code: str, elapsed: float, extra: dict) -> None:
         client = scope.get("client")
         fields: dict[str, Any] = {
             "request_id": rid,
@@ -172,7 +189,7 @@ class RequestContext:
         }
         if route == UNMATCHED_ROUTE:
             fields["path"] = path[:256]
-        fields.update(state.get("log_fields", {}))
+        fields.update(extra)
         request_log.info("%s %s %s", scope.get("method"), route, code, extra={"fields": fields})
 
 

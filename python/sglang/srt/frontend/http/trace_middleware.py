@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable, Iterable, Optional
 
-from sglang.srt.frontend.http.middleware import ASGIApp, Receive, Scope, Send, request_state
+from sglang.srt.frontend.http.middleware import ASGIApp, Receive, Scope, Send, request_info
 from sglang.srt.utils.tracing import Tracing
 
 UNTRACED_PATHS = frozenset({"/health", "/ping", "/metrics"})
@@ -74,7 +74,7 @@ class TraceRequests:
                 self.tracing.set_error(span, f"{type(e).__name__}: {e}")
                 raise
             finally:
-                request_id = request_state(scope).get("request_id")
+                request_id = request_info(scope).request_id
                 if request_id:
                     span.set_attribute("sglang.request_id", request_id)
                 if status[0] is not None:
