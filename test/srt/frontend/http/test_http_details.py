@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 
 import pytest
 import uvicorn
@@ -21,6 +20,7 @@ from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.network import PortArgs, get_free_port
 from test.helpers.model_info import make_model_info
 from test.helpers.raw_http import exchange
+from test.helpers.waiting import wait_until
 
 LIMIT = 8192
 MAX_BODY = 1000
@@ -56,12 +56,7 @@ def server():
     srv = uvicorn.Server(config)
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            time.sleep(0.05)
+    assert wait_until(lambda: srv.started, 10), "uvicorn did not start"
     yield port, refused
     srv.should_exit = True
     thread.join(5)

@@ -12,6 +12,7 @@ import uvicorn
 from sglang.srt.frontend.http.http_protocol import ConnectionLimits, limited_protocol
 from sglang.srt.utils.network import get_free_port
 from test.helpers.raw_http import exchange
+from test.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 LIMIT = 8192
@@ -35,20 +36,15 @@ def server():
     srv = uvicorn.Server(config)
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
-    assert _wait_up(port)
-    yield port, refused
+    assert wait_until(lambda: srv.started, 10), "uvicorn did not start"
+    yield port, refused, srv
     srv.should_exit = True
     thread.join(5)
 
 
-def _wait_up(port: int) -> bool:
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return True
-        except OSError:
-            time.sleep(0.05)
-    return False
+def _no_connections(srv: uvicorn.Server, timeout: float = 5.0) -> bool:
+    """Whether the server has seen every connection to it close (its count of open ones is 0)."""
+    return wait_until(lambda: not srv.server_state.connections, timeout)
 
 
 def _exchange(port: int, *chunks: bytes, pause: float = 0.0) -> bytes:
@@ -60,7 +56,7 @@ def _headers(pad: int) -> bytes:
 
 
 def test_headers_within_the_limit_pass_in_one_chunk_or_several(server):
-    port, _ = server
+    port, _, _ = server
     full = _headers(LIMIT - 200)
     assert _exchange(port, full).startswith(b"HTTP/1.1 200 ")
     half = len(full) // 2
@@ -68,7 +64,7 @@ def test_headers_within_the_limit_pass_in_one_chunk_or_several(server):
 
 
 def test_headers_over_the_limit_get_431_in_one_chunk_or_several(server):
-    port, refused = server
+    port, refused, _ = server
     full = _headers(LIMIT + 100)
     reply = _exchange(port, full)
     assert reply.startswith(b"HTTP/1.1 431 ") and b"--max-header-bytes" in reply
@@ -78,7 +74,7 @@ def test_headers_over_the_limit_get_431_in_one_chunk_or_several(server):
 
 
 def test_slow_headers_get_408_and_silent_connections_a_quiet_close(server):
-    port, refused = server
+    port, refused, _ = server
     t0 = time.monotonic()
     reply = _exchange(port, b"GET / HTTP/1.1\r\nHost: x\r\n")
     assert reply.startswith(b"HTTP/1.1 408 ") and b"--header-timeout" in reply
@@ -88,8 +84,8 @@ def test_slow_headers_get_408_and_silent_connections_a_quiet_close(server):
 
 
 def test_connections_beyond_the_cap_get_503(server):
-    port, refused = server
-    time.sleep(0.3)  # the earlier tests' connections are gone
+    port, refused, srv = server
+    assert _no_connections(srv)  # the earlier tests' connections are gone: all 8 places are free
     socks = [socket.create_connection(("127.0.0.1", port), timeout=2) for _ in range(12)]
     try:
         got = []
@@ -104,5 +100,5 @@ def test_connections_beyond_the_cap_get_503(server):
         for s in socks:
             s.close()
     assert 503 in refused
-    time.sleep(0.2)
+    assert _no_connections(srv)
     assert _exchange(port, _headers(10)).startswith(b"HTTP/1.1 200 ")
