@@ -29,9 +29,9 @@ def _child(parent_pid: int, ipc_dir: str, ready=None) -> None:
         time.sleep(0.05)
 
 
-def _middle(ipc_dir: str, conn) -> None:
+def _middle(ipc_dir: str, conn, ready) -> None:
     ctx = mp.get_context("spawn")
-    p = ctx.Process(target=_child, args=(os.getpid(), ipc_dir))
+    p = ctx.Process(target=_child, args=(os.getpid(), ipc_dir, ready))
     p.start()
     conn.send(p.pid)
     p.join()
@@ -72,10 +72,11 @@ def test_orphaned_child_exits_and_removes_the_ipc_dir():
     ipc_dir = tempfile.mkdtemp(prefix="sglang-childtest-")
     ctx = mp.get_context("spawn")
     reader, writer = ctx.Pipe(duplex=False)
-    middle = ctx.Process(target=_middle, args=(ipc_dir, writer))
+    ready = ctx.Event()
+    middle = ctx.Process(target=_middle, args=(ipc_dir, writer, ready))
     middle.start()
     child_pid = reader.recv()
-    time.sleep(1.0)
+    assert ready.wait(60)  # the child watches its parent now (spawn re-imports: slow on a loaded machine)
     os.kill(middle.pid, signal.SIGKILL)  # the "server" dies without any cleanup
     middle.join(5)
     assert wait_until(lambda: not is_running(child_pid), 5.0), "orphaned child still running"
