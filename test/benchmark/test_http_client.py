@@ -12,6 +12,8 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmark"))
 from http_client import LeanPoster  # noqa: E402
 
+from test.helpers.waiting import wait_until_async  # noqa: E402
+
 
 def _response(status: int, body: bytes, extra: str = "", chunked: bool = False) -> bytes:
     reason = {200: "OK", 429: "Too Many Requests"}.get(status, "X")
@@ -106,7 +108,8 @@ def test_connection_close_is_honoured():
 def test_a_connection_the_server_closed_while_idle_is_not_reused():
     async def check(poster, stats):
         assert (await poster.post({"mode": "idle_close"}))[0] == 200
-        await asyncio.sleep(0.2)
+        # the pooled connection has seen the server's close (what the poster checks before reuse)
+        assert await wait_until_async(lambda: poster.idle and all(r.at_eof() for r, _ in poster.idle), 5.0)
         assert (await poster.post({"mode": "plain"}))[0] == 200  # not a reset: a fresh connection
         assert stats["connections"] == 2 and stats["modes"] == ["idle_close", "plain"]
 
