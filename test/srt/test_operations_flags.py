@@ -79,6 +79,13 @@ def test_bad_values_are_config_errors(kwargs, fragment):
 def test_zero_timeouts_mean_no_limit():
     a = ServerArgs(request_timeout=0, graceful_timeout=0)
     assert a.request_timeout == 0 and a.graceful_timeout == 0
+    assert a.queue_timeout is None and a.backstop_timeout is None
+
+
+def test_request_timeout_derived_once():
+    """The scheduler's queue limit and the HTTP process's backstop (twice it) come from ServerArgs."""
+    a = ServerArgs(request_timeout=7.5)
+    assert (a.queue_timeout, a.backstop_timeout) == (7.5, 15.0)
 
 
 def test_connection_and_watchdog_flags():

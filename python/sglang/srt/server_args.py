@@ -584,6 +584,19 @@ class ServerArgs:
         return [base + (1 if rank < extra else 0) for rank in range(self.dp_size)]
 
     @property
+    def queue_timeout(self) -> Optional[float]:
+        """--request-timeout's first meaning: seconds an input may wait in a scheduler's queue before
+        it fails with 504 without compute (None: no limit)."""
+        return self.request_timeout or None
+
+    @property
+    def backstop_timeout(self) -> Optional[float]:
+        """--request-timeout's second meaning: seconds the HTTP process waits for any answer, twice
+        the queue's limit, so a batch that never ends or a lost message still gets a 504 (None: no
+        limit)."""
+        return 2 * self.request_timeout or None
+
+    @property
     def served_model_names(self) -> list[str]:
         """Every name `model` may carry: the reported one first, then the aliases."""
         return [self.served_model_name, *self.served_model_aliases]

@@ -90,7 +90,7 @@ class TokenizerManager:
         self.tracing = tracing or Tracing()  # disabled unless --enable-trace
         # The scheduler times out inputs queued past --request-timeout; this backstop times out
         # anything still unanswered at twice that (a batch that never ends, a lost message).
-        self.backstop_timeout: Optional[float] = 2 * server_args.request_timeout or None
+        self.backstop_timeout: Optional[float] = server_args.backstop_timeout
         self.model_info = model_info
         self.worker_id = worker_id
         self.input_tokenizer = InputTokenizer(server_args, model_info, tokenizer)

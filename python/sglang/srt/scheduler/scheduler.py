@@ -46,7 +46,7 @@ class Scheduler:
         self.dp_rank = dp_rank
         self.max_queue_size = server_args.replica_queue_sizes[dp_rank]
         # Inputs still queued this long after they were tokenized fail with TIMEOUT (None: never).
-        self.request_timeout = server_args.request_timeout or None
+        self.request_timeout = server_args.queue_timeout
         self.forward_fn = forward_fn
         self.clock = clock
         self.waiting: "OrderedDict[str, TokenizedEmbeddingReqInput]" = OrderedDict()
