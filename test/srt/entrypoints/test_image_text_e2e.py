@@ -95,6 +95,21 @@ def test_plain_strings_are_text_inputs(server):
     np.testing.assert_allclose(plain, items, atol=1e-6)
 
 
+def test_chat_messages_give_the_item_vectors(server, media):
+    """vLLM's chat form (#30 item 3): an image_url part is the {"image"} item, a text the {"text"} item."""
+    uri = _file_uri(media["wide"])
+    for content, item in [
+        ([{"type": "image_url", "image_url": {"url": uri}}], {"image": uri}),
+        ([{"type": "text", "text": CAPTIONS[0]}], {"text": CAPTIONS[0]}),
+        (CAPTIONS[1], {"text": CAPTIONS[1]}),
+    ]:
+        chat = _post(server, None, messages=[{"role": "user", "content": content}])
+        np.testing.assert_allclose(_vectors(chat), _vectors(_post(server, [item])), atol=1e-6)
+    both = [{"type": "image_url", "image_url": {"url": uri}}, {"type": "text", "text": "a cat"}]
+    r = _post(server, None, messages=[{"role": "user", "content": both}])
+    assert r.status_code == 400 and "a text or an image per item" in r.json()["error"]["message"]
+
+
 def test_bad_requests_are_clear_400s(server, media):
     both = _post(server, [{"text": "a cat", "image": media["square"]}])
     assert both.status_code == 400
