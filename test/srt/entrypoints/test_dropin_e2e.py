@@ -108,8 +108,8 @@ def test_truncate_prompt_tokens_keeps_the_last_tokens_and_counts_them(server, st
         ({"truncate_prompt_tokens": 257}, "truncate_prompt_tokens", "(257) is greater than"),
         ({"embed_dtype": "fp8_e4m3"}, "embed_dtype", "'fp8_e4m3'"),
         ({"encoding_format": "int8"}, "encoding_format", "'int8'"),
-        ({"use_activation": False}, "use_activation", "`use_activation` is not supported"),
-        ({"messages": [{"role": "user", "content": "x"}]}, "messages", "not supported"),
+        ({"use_activation": False, "normalize": True}, "use_activation", "disagree"),
+        ({"messages": [{"role": "user", "content": "x"}]}, "messages", "not both"),  # chat form: without `input`
         ({"prompt_name": "nope"}, "prompt_name", "['document', 'passage', 'query']"),
     ],
 )
@@ -261,7 +261,9 @@ def test_tei_embed_tokenize_decode_info(server, st):
     assert empty.status_code == 400 and empty.json() == {"error": "`inputs` cannot be empty", "error_type": "Empty"}
     wrong = _post(server, "/embed", {"inputs": 5})
     assert wrong.status_code == 422 and wrong.json()["error_type"] == "Validation"
-    assert _post(server, "/rerank", {"query": "a", "texts": ["b"]}).status_code == 424
+    # an embedding model ranks TEI's /rerank body by cosine (TEI answers 424; test_similarity_e2e.py)
+    ranked = _post(server, "/rerank", {"query": "a", "texts": ["b"]})
+    assert ranked.status_code == 200 and [set(x) for x in ranked.json()] == [{"index", "score"}]
 
 
 def test_huggingface_hub_inference_client(server, st, monkeypatch):
@@ -303,9 +305,14 @@ def test_openapi_describes_every_route(server):
         "/pooling": "post",
         "/detokenize": "post",
         "/v2/embed": "post",
+        "/v1/embed": "post",
+        "/ping": "get",
         "/v1/rerank": "post",
         "/v1/classify": "post",
         "/embed_sparse": "post",
+        "/score": "post",
+        "/v1/score": "post",
+        "/similarity": "post",
     }
     for path, method in want.items():
         assert method in spec["paths"].get(path, {}), path
@@ -351,7 +358,7 @@ def test_deeply_nested_bodies_on_hand_read_routes_are_4xx(server):
         assert 400 <= r.status_code < 500, (path, r.text)
 
 
-@pytest.mark.parametrize("path", ["/", "/decode"])
+@pytest.mark.parametrize("path", ["/", "/decode", "/rerank"])
 def test_tei_hand_read_routes_refuse_bodies_that_are_not_objects_in_teis_shape(server, path):
     bad_json = requests.post(server.base_url + path, data=b"{nope", headers={"content-type": "application/json"})
     assert bad_json.status_code == 422, bad_json.text

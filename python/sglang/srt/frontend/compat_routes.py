@@ -1,6 +1,6 @@
 """The other peers' routes, registered on the app beside OpenAI's (TEI's are in tei/routes.py):
 
-- vLLM: POST /pooling, /tokenize (its `prompt` form), /detokenize;
+- vLLM: POST /pooling, /score and /v1/score, /tokenize (its `prompt` form), /detokenize;
 - TEI: POST /tokenize (its `inputs` form; the body says which dialect);
 - infinity: POST /embeddings and GET /models (no /v1 prefix);
 - Cohere: POST /v2/embed (errors as `{"message"}`);
@@ -34,10 +34,13 @@ from sglang.srt.frontend.vllm.protocol import (
     DetokenizeResponse,
     PoolingRequest,
     PoolingResponse,
+    ScoreRequest,
+    ScoreResponse,
     VllmTokenizeRequest,
     VllmTokenizeResponse,
 )
 from sglang.srt.frontend.vllm.serving import VllmServingPooling
+from sglang.srt.frontend.vllm.serving_score import VllmServingScore
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.off_loop import off_loop
 
@@ -118,6 +121,11 @@ def add_compat_routes(
     @app.post("/pooling", response_model=PoolingResponse)
     async def pooling(request: PoolingRequest, raw: Request):
         return await serve_task(raw, lambda rid: serving("vllm_pooling", VllmServingPooling).handle(request, rid))
+
+    @app.post("/score", response_model=ScoreResponse)
+    @app.post("/v1/score", response_model=ScoreResponse, operation_id="score_v1")
+    async def score(request: ScoreRequest, raw: Request):
+        return await serve_task(raw, lambda rid: serving("vllm_score", VllmServingScore).handle(request, rid))
 
     @app.post("/detokenize", response_model=DetokenizeResponse)
     async def detokenize(request: DetokenizeRequest):

@@ -38,23 +38,29 @@ def rank_scores(scores: list[float], documents: list[str], top_n: Optional[int],
     return results
 
 
+def check_vector_rerank(request: RerankRequest, how: str) -> None:
+    """What a rerank body must satisfy when the model ranks by its vectors (`how`: MaxSim, cosine)
+    rather than by a prompt: no `instruction`, some documents, a positive `top_n`."""
+    if request.instruction is not None:
+        raise EmbeddingError(
+            ErrorKind.INVALID_REQUEST,
+            f"instruction applies only to LLM rerankers with a prompt (Qwen3-Reranker), not to {how}.",
+            param="instruction",
+        )
+    if not request.documents:
+        raise EmbeddingError(ErrorKind.INVALID_REQUEST, "documents cannot be empty.", param="documents")
+    if request.top_n is not None and request.top_n < 1:
+        raise EmbeddingError(
+            ErrorKind.INVALID_REQUEST, f"top_n must be at least 1, got {request.top_n}.", param="top_n"
+        )
+
+
 class ServingMaxSimRerank(OpenAIServingBase[RerankRequest]):
     endpoint = "/v1/rerank"
 
     def validate(self, request: RerankRequest) -> None:
         super().validate(request)
-        if request.instruction is not None:
-            raise EmbeddingError(
-                ErrorKind.INVALID_REQUEST,
-                "instruction applies only to LLM rerankers with a prompt (Qwen3-Reranker), not to MaxSim.",
-                param="instruction",
-            )
-        if not request.documents:
-            raise EmbeddingError(ErrorKind.INVALID_REQUEST, "documents cannot be empty.", param="documents")
-        if request.top_n is not None and request.top_n < 1:
-            raise EmbeddingError(
-                ErrorKind.INVALID_REQUEST, f"top_n must be at least 1, got {request.top_n}.", param="top_n"
-            )
+        check_vector_rerank(request, "MaxSim")
 
     async def handle(self, request: RerankRequest, rid: Optional[str] = None) -> tuple[bytes, EmbeddingResult]:
         self.validate(request)

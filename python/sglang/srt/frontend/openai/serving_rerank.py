@@ -5,7 +5,8 @@ and runs as one input; its single logit becomes `relevance_score = sigmoid(logit
 sentence-transformers' CrossEncoder and TEI's /rerank report for one-label models. The response
 follows Cohere / Jina: `results` sorted by score (ties keep request order), each with the
 document's `index` and, unless `return_documents` is false, its text. Multi-vector (ColBERT)
-models rank by MaxSim instead (serving_maxsim.py). LLM rerankers (Qwen3-Reranker) are one-logit
+models rank by MaxSim instead (serving_maxsim.py), other dense embedding models by cosine
+similarity (serving_cosine_rerank.py). LLM rerankers (Qwen3-Reranker) are one-logit
 cross-encoders here: the tokenizer side wraps each pair in their prompt (with the request's
 `instruction`), and their logit is logit("yes") - logit("no"), so the sigmoid is the model card's
 softmax over the two.
@@ -21,7 +22,9 @@ import orjson
 
 from sglang.srt.configs.model_info import Capability
 from sglang.srt.errors import EmbeddingError, ErrorKind
+from sglang.srt.frontend.embed_sides import scores_by_cosine
 from sglang.srt.frontend.openai.serving_base import OpenAIServingBase
+from sglang.srt.frontend.openai.serving_cosine_rerank import ServingCosineRerank
 from sglang.srt.frontend.openai.serving_maxsim import ServingMaxSimRerank
 from sglang.srt.frontend.openai.task_protocol import RerankRequest
 from sglang.srt.frontend.tokenizer_manager import EmbeddingResult, payload_to_array
@@ -55,10 +58,18 @@ class OpenAIServingRerank(OpenAIServingBase[RerankRequest]):
             if Capability.MULTI_VECTOR in info.capabilities
             else None
         )
+        # Other dense embedding models rank by the cosine of the query's and each document's vectors.
+        self.cosine = (
+            ServingCosineRerank(tokenizer_manager, served_model_name)
+            if self.maxsim is None and scores_by_cosine(info)
+            else None
+        )
 
     async def handle(self, request: RerankRequest, rid: Optional[str] = None):
         if self.maxsim is not None:
             return await self.maxsim.handle(request, rid)
+        if self.cosine is not None:
+            return await self.cosine.handle(request, rid)
         return await super().handle(request, rid)
 
     def validate(self, request: RerankRequest) -> None:

@@ -43,6 +43,24 @@ class Rank(BaseModel):
     score: float
 
 
+class SimilarityInput(TeiRequest):
+    source_sentence: StrictStr = Field(..., description="The text every other one is compared with.")
+    sentences: list[StrictStr] = Field(..., description="The texts compared with `source_sentence`.")
+
+
+class SimilarityParameters(TeiRequest):
+    truncate: Optional[StrictBool] = None
+    truncation_direction: StrictStr = "right"
+    prompt_name: Optional[StrictStr] = Field(None, description="A prompt of config_sentence_transformers.json.")
+
+
+class SimilarityRequest(TeiRequest):
+    """/similarity (and POST / with these `inputs`: huggingface_hub's sentence_similarity)."""
+
+    inputs: SimilarityInput
+    parameters: Optional[SimilarityParameters] = None
+
+
 PredictInput = Union[StrictStr, list[StrictStr], list[list[StrictStr]]]
 
 

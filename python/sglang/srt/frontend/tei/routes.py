@@ -1,7 +1,9 @@
-"""TEI's routes on the app: POST /embed, /rerank, /predict, /decode, GET /info, and POST / (what
-huggingface_hub's InferenceClient(model="http://host:port") posts to: /predict for a classifier,
-/rerank for a cross-encoder body, /embed otherwise). /tokenize is shared with vLLM (compat_routes).
-Errors answer `{"error", "error_type"}` (frontend/http/error_styles.py)."""
+"""TEI's routes on the app: POST /embed, /rerank, /predict, /similarity, /decode, GET /info, and
+POST / (what huggingface_hub's InferenceClient(model="http://host:port") posts to: /similarity for
+`{"inputs": {"source_sentence", "sentences"}}`, /predict for a classifier, /rerank for a
+cross-encoder body, /embed otherwise). /rerank also takes the `{"query", "documents"}` body of
+/v1/rerank (answered and refused as /v1/rerank answers). /tokenize is shared with vLLM
+(compat_routes). Errors answer `{"error", "error_type"}` (frontend/http/error_styles.py)."""
 
 from __future__ import annotations
 
@@ -13,25 +15,33 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
 from sglang.srt.configs.model_info import Capability, ModelInfo
+from sglang.srt.errors import EmbeddingError
 from sglang.srt.frontend.compat_routes import add_schemas
-from sglang.srt.frontend.http.error_styles import TeiError, tei_empty, tei_style
+from sglang.srt.frontend.embed_options import invalid
+from sglang.srt.frontend.http.error_styles import TeiError, openai_style, tei_empty, tei_style
 from sglang.srt.frontend.http.json_body import read_json
 from sglang.srt.frontend.openai.serving_base import check_batch_size
+from sglang.srt.frontend.openai.task_protocol import RerankRequest as DocumentsRerankRequest
 from sglang.srt.frontend.tei.protocol import (
     DecodeRequest,
     EmbedRequest,
     Info,
     Prediction,
     PredictRequest,
-    Rank,
     RerankRequest,
+    SimilarityRequest,
 )
-from sglang.srt.frontend.tei.serving import TeiServingEmbed, TeiServingPredict, TeiServingRerank
+from sglang.srt.frontend.tei.serving import (
+    TeiServingEmbed,
+    TeiServingPredict,
+    TeiServingRerank,
+    TeiServingSimilarity,
+)
 from sglang.srt.frontend.token_work import check_ids_work, decode_all
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.off_loop import off_loop
 
-TEI_PATHS = ("/embed", "/rerank", "/predict", "/decode", "/info", "/")
+TEI_PATHS = ("/embed", "/rerank", "/predict", "/similarity", "/decode", "/info", "/")
 TEI_POOLING = {"cls": "cls", "mean": "mean", "lasttoken": "last-token", "max": "max"}
 
 
@@ -40,6 +50,7 @@ class TeiServings:
     embed: TeiServingEmbed
     rerank: TeiServingRerank
     predict: TeiServingPredict
+    similarity: TeiServingSimilarity
 
 
 async def read_tei_object(raw: Request) -> dict:
@@ -101,7 +112,10 @@ def add_tei_routes(
         if s is None:
             tm, name = app.state.tokenizer_manager, server_args.served_model_name
             s = app.state.tei = TeiServings(
-                TeiServingEmbed(tm, name), TeiServingRerank(tm, name), TeiServingPredict(tm, name)
+                TeiServingEmbed(tm, name),
+                TeiServingRerank(tm, name),
+                TeiServingPredict(tm, name),
+                TeiServingSimilarity(tm, name),
             )
         return s
 
@@ -109,9 +123,40 @@ def add_tei_routes(
     async def embed(request: EmbedRequest, raw: Request):
         return await serve_task(raw, lambda rid: servings().embed.handle(request, rid))
 
-    @app.post("/rerank", responses={200: {"model": list[Rank]}, **errors})
-    async def rerank(request: RerankRequest, raw: Request):
+    @app.post(
+        "/rerank",
+        summary="TEI's body ({query, texts}) or /v1/rerank's ({query, documents}); the body says which",
+        responses={
+            200: {"description": "TEI's body: a bare list of ranks; /v1/rerank's: RerankResponse"},
+            **errors,
+        },
+        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {"schema": RERANK_SCHEMA}}}},
+    )
+    async def rerank(raw: Request):
+        body = await read_tei_object(raw)
+        if "documents" in body and "texts" not in body:
+            return await rerank_documents(raw, body)
+        request = tei_validate(RerankRequest, body, "rerank")
         return await serve_task(raw, lambda rid: servings().rerank.handle(request, rid))
+
+    async def rerank_documents(raw: Request, body: dict) -> Response:
+        """/v1/rerank's body on /rerank (vLLM, Jina and Cohere clients post it there): /v1/rerank's
+        answer, and its errors in OpenAI's shape."""
+        try:
+            try:
+                request = DocumentsRerankRequest.model_validate(body)
+            except ValidationError as e:
+                first = e.errors()[0] if e.errors() else {}
+                where = ".".join(str(x) for x in first.get("loc", ())) or "body"
+                raise invalid(f"Invalid request: {where}: {first.get('msg', 'invalid value')}", where.split(".")[0])
+            return await serve_task(raw, lambda rid: app.state.rerank.handle(request, rid))
+        except EmbeddingError as e:
+            status, content, headers = openai_style(e)
+            return Response(content, status_code=status, media_type="application/json", headers=headers or None)
+
+    @app.post("/similarity", responses={200: {"model": list[float]}, **errors})
+    async def similarity(request: SimilarityRequest, raw: Request):
+        return await serve_task(raw, lambda rid: servings().similarity.handle(request, rid))
 
     @app.post("/predict", responses={200: {"model": list[Prediction]}, **errors})
     async def predict(request: PredictRequest, raw: Request):
@@ -151,12 +196,15 @@ def add_tei_routes(
 
     @app.post(
         "/",
-        summary="TEI's root route: /predict for classifiers, /rerank for {query, texts}, /embed otherwise",
+        summary="TEI's root route: /similarity for {inputs: {source_sentence, sentences}}, /predict for "
+        "classifiers, /rerank for {query, texts}, /embed otherwise",
         responses=errors,
     )
     async def root(raw: Request):
         body = await read_tei_object(raw)
-        if Capability.CLASSIFY in model_info.capabilities and "query" in body:
+        if isinstance(body.get("inputs"), dict):  # huggingface_hub's sentence_similarity
+            kind, model, serving = "similarity", SimilarityRequest, lambda: servings().similarity
+        elif Capability.CLASSIFY in model_info.capabilities and "query" in body:
             kind, model, serving = "rerank", RerankRequest, lambda: servings().rerank
         elif Capability.CLASSIFY in model_info.capabilities:
             kind, model, serving = "predict", PredictRequest, lambda: servings().predict
@@ -169,6 +217,8 @@ def add_tei_routes(
 
 
 DECODE_SCHEMA = {"$ref": "#/components/schemas/DecodeRequest"}
+# Both bodies inline: the two request models share a name, so neither can be a component by it.
+RERANK_SCHEMA = {"oneOf": [RerankRequest.model_json_schema(), DocumentsRerankRequest.model_json_schema()]}
 
 
 def tei_validate(model: type[BaseModel], body: dict, kind: str) -> Any:

@@ -1,4 +1,4 @@
-"""TEI's inference routes on the serving base: /embed, /rerank and /predict.
+"""TEI's inference routes on the serving base: /embed, /rerank, /predict and /similarity.
 
 Shapes as TEI answers them: /embed a bare `[[f32, ...], ...]` (a list even for one string),
 /rerank a bare list of `{"index", "score", "text"?}` best first, /predict `[{"score", "label"}]`
@@ -16,13 +16,20 @@ import orjson
 
 from sglang.srt.configs.model_info import Capability
 from sglang.srt.frontend.embed_options import set_output, set_prompt, set_truncation_tei
+from sglang.srt.frontend.embed_sides import Side, SideEmbedder, scores_by_cosine
 from sglang.srt.frontend.http.error_styles import TeiError, tei_empty
 from sglang.srt.frontend.http.response_parts import Parts, json_array
 from sglang.srt.frontend.inputs import normalize_input
 from sglang.srt.frontend.openai.serving_base import OpenAIServingBase
 from sglang.srt.frontend.openai.serving_rerank import OpenAIServingRerank
 from sglang.srt.frontend.openai.task_protocol import RerankRequest as OpenAIRerankRequest
-from sglang.srt.frontend.tei.protocol import EmbedRequest, PredictRequest, RerankRequest
+from sglang.srt.frontend.tei.protocol import (
+    EmbedRequest,
+    PredictRequest,
+    RerankRequest,
+    SimilarityParameters,
+    SimilarityRequest,
+)
 from sglang.srt.frontend.tokenizer_manager import EmbeddingResult, payload_to_array
 from sglang.srt.wire.io_struct import FORMAT_FLOAT, FORMAT_RAW, EmbeddingReqInput
 from sglang.srt.wire.matryoshka import validate_dimensions
@@ -64,9 +71,29 @@ class TeiServingEmbed(OpenAIServingBase[EmbedRequest]):
 
 
 class TeiServingRerank(OpenAIServingRerank):
-    """TEI's /rerank on the cross-encoder path of /v1/rerank (the same pairs, the same logits)."""
+    """TEI's /rerank on the cross-encoder path of /v1/rerank (the same pairs, the same logits); a
+    dense embedding model ranks by cosine, as /v1/rerank does (TEI itself answers 424 there)."""
 
     endpoint = "/rerank"
+
+    async def handle(self, request: RerankRequest, rid: Optional[str] = None):  # type: ignore[override]
+        if self.cosine is not None:
+            return await self.cosine_ranks(request, rid)
+        return await OpenAIServingBase.handle(self, request, rid)
+
+    async def cosine_ranks(self, request: RerankRequest, rid: Optional[str]) -> tuple[bytes, EmbeddingResult]:
+        """TEI's answer, `[{"index", "score", "text"?}]` best first, with the cosine as the score
+        (`raw_scores` changes nothing: a cosine has no activation to leave out)."""
+        if not request.texts:
+            raise tei_empty("texts")
+        info = self.tm.model_info
+
+        def setup(req: EmbeddingReqInput) -> None:
+            set_truncation_tei(req, request.truncate, request.truncation_direction)
+            set_prompt(req, info)
+
+        scores, result = await self.cosine.scores(request.query, request.texts, setup)
+        return orjson.dumps(tei_ranks(scores, request.texts, request.return_text)), result
 
     def validate(self, request: RerankRequest) -> None:  # type: ignore[override]
         if not request.texts:
@@ -82,14 +109,19 @@ class TeiServingRerank(OpenAIServingRerank):
     def render(self, request: RerankRequest, result: EmbeddingResult, rid: Optional[str]) -> bytes:  # type: ignore[override]
         logits = np.array([payload_to_array(p)[0] for p in result.payloads], dtype=np.float64)
         scores = logits if request.raw_scores else 1.0 / (1.0 + np.exp(-logits))
-        order = sorted(range(len(request.texts)), key=lambda i: -logits[i])  # ties keep request order
-        ranks = []
-        for i in order:
-            item = {"index": i, "score": float(scores[i])}
-            if request.return_text:
-                item["text"] = request.texts[i]
-            ranks.append(item)
-        return orjson.dumps(ranks)
+        return orjson.dumps(tei_ranks(scores.tolist(), request.texts, request.return_text, logits.tolist()))
+
+
+def tei_ranks(scores: list[float], texts: list[str], return_text: bool, order_by: Optional[list] = None) -> list:
+    """TEI's rerank answer: best first by `order_by` (default: the scores), ties in request order."""
+    keys = order_by if order_by is not None else scores
+    ranks = []
+    for i in sorted(range(len(texts)), key=lambda i: -keys[i]):
+        item = {"index": i, "score": float(scores[i])}
+        if return_text:
+            item["text"] = texts[i]
+        ranks.append(item)
+    return ranks
 
 
 def tei_scores(logits: np.ndarray, raw: bool) -> np.ndarray:
@@ -167,3 +199,36 @@ class TeiServingPredict(OpenAIServingBase[PredictRequest]):
             if any(not t for t in x):
                 raise tei_empty("inputs")
         return single, [list(x) for x in batch]
+
+
+class TeiServingSimilarity(OpenAIServingBase[SimilarityRequest]):
+    """/similarity: the cosine of `source_sentence`'s vector with each of `sentences`', a bare list
+    of floats in their order, as TEI answers it; `parameters` carries `truncate`,
+    `truncation_direction` and `prompt_name` for every text."""
+
+    endpoint = "/similarity"
+
+    def __init__(self, tokenizer_manager, served_model_name: str) -> None:
+        super().__init__(tokenizer_manager, served_model_name)
+        self.sides = SideEmbedder(tokenizer_manager)
+
+    async def handle(self, request: SimilarityRequest, rid: Optional[str] = None) -> tuple[bytes, EmbeddingResult]:
+        info = self.tm.model_info
+        if not scores_by_cosine(info):
+            raise not_a("embedding")
+        sentences = request.inputs.sentences
+        if not sentences:
+            raise TeiError("`inputs.sentences` cannot be empty", "Empty", param="inputs.sentences")
+        self.check_batch_size(len(sentences) + 1)
+        params = request.parameters or SimilarityParameters()
+
+        def setup(req: EmbeddingReqInput) -> None:
+            set_truncation_tei(req, params.truncate, params.truncation_direction)
+            set_prompt(req, info, params.prompt_name)
+
+        scores, result = await self.sides.cosines(
+            Side([request.inputs.source_sentence], "source sentence", "inputs.source_sentence"),
+            Side(list(sentences), "sentence", "inputs.sentences"),
+            setup,
+        )
+        return orjson.dumps(scores.tolist()), result
