@@ -10,15 +10,13 @@ cross-encoder route's (Cohere / Jina shape, best first, ties in request order).
 
 from __future__ import annotations
 
-import uuid
 from typing import Optional
-
-import orjson
 
 from sglang.srt.frontend.embed_options import set_prompt
 from sglang.srt.frontend.embed_sides import Side, SideEmbedder
+from sglang.srt.frontend.openai.rerank_results import rank_results, rerank_body
 from sglang.srt.frontend.openai.serving_base import OpenAIServingBase
-from sglang.srt.frontend.openai.serving_maxsim import check_vector_rerank, rank_scores
+from sglang.srt.frontend.openai.serving_maxsim import check_vector_rerank
 from sglang.srt.frontend.openai.task_protocol import RerankRequest
 from sglang.srt.frontend.tokenizer_manager import EmbeddingResult
 from sglang.srt.wire.io_struct import EmbeddingReqInput
@@ -51,11 +49,5 @@ class ServingCosineRerank(OpenAIServingBase[RerankRequest]):
     async def handle(self, request: RerankRequest, rid: Optional[str] = None) -> tuple[bytes, EmbeddingResult]:
         self.validate(request)
         scores, result = await self.scores(request.query, request.documents)
-        tokens = sum(result.prompt_tokens)
-        body = {
-            "id": f"rerank-{rid or uuid.uuid4().hex}",
-            "model": self.served_model_name,
-            "results": rank_scores(scores, request.documents, request.top_n, request.return_documents),
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-        }
-        return orjson.dumps(body), result
+        results = rank_results(scores, request.documents, request.top_n, request.return_documents)
+        return rerank_body(rid, self.served_model_name, results, sum(result.prompt_tokens)), result

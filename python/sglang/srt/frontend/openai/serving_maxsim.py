@@ -10,32 +10,17 @@ ordering, Cohere / Jina shape).
 
 from __future__ import annotations
 
-import asyncio
-import uuid
 from typing import Optional
 
-import orjson
-
 from sglang.srt.errors import EmbeddingError, ErrorKind
+from sglang.srt.frontend.embed_sides import gather_or_cancel, merge_results
 from sglang.srt.frontend.openai.multi_vector import maxsim
+from sglang.srt.frontend.openai.rerank_results import rank_results, rerank_body
 from sglang.srt.frontend.openai.serving_base import OpenAIServingBase
 from sglang.srt.frontend.openai.task_protocol import RerankRequest
 from sglang.srt.frontend.tokenizer_manager import EmbeddingResult, payload_to_array
 from sglang.srt.wire.io_struct import FORMAT_RAW, EmbeddingReqInput
 from sglang.srt.wire.token_kinds import TOKENS_DOCUMENT, TOKENS_QUERY
-
-
-def rank_scores(scores: list[float], documents: list[str], top_n: Optional[int], return_documents: bool) -> list:
-    order = sorted(range(len(documents)), key=lambda i: -scores[i])  # stable: ties keep request order
-    if top_n is not None:
-        order = order[:top_n]
-    results = []
-    for i in order:
-        item = {"index": i, "relevance_score": scores[i]}
-        if return_documents:
-            item["document"] = {"text": documents[i]}
-        results.append(item)
-    return results
 
 
 def check_vector_rerank(request: RerankRequest, how: str) -> None:
@@ -69,23 +54,11 @@ class ServingMaxSimRerank(OpenAIServingBase[RerankRequest]):
         docs_req = EmbeddingReqInput(
             text=list(request.documents), encoding_format=FORMAT_RAW, token_output=TOKENS_DOCUMENT
         )
-        query, docs = await asyncio.gather(self.tm.embed(query_req), self.tm.embed(docs_req))
+        query, docs = await gather_or_cancel(self.tm.embed(query_req), self.tm.embed(docs_req))
         dim = self.tm.model_info.multi_vector_dim
         q = payload_to_array(query.payloads[0]).reshape(-1, dim)
         reduction = self.tm.model_info.colbert.maxsim
         scores = [maxsim(q, payload_to_array(p).reshape(-1, dim), reduction) for p in docs.payloads]
-        tokens = sum(query.prompt_tokens) + sum(docs.prompt_tokens)
-        body = {
-            "id": f"rerank-{rid or uuid.uuid4().hex}",
-            "model": self.served_model_name,
-            "results": rank_scores(scores, request.documents, request.top_n, request.return_documents),
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-        }
-        merged = EmbeddingResult(
-            query.payloads + docs.payloads,
-            query.prompt_tokens + docs.prompt_tokens,
-            max(query.queue_time, docs.queue_time),
-            max(query.inference_time, docs.inference_time),
-            max(query.tokenize_time, docs.tokenize_time),
-        )
-        return orjson.dumps(body), merged
+        merged = merge_results([query, docs])
+        results = rank_results(scores, request.documents, request.top_n, request.return_documents)
+        return rerank_body(rid, self.served_model_name, results, sum(merged.prompt_tokens)), merged

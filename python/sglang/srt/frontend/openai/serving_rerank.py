@@ -14,15 +14,14 @@ softmax over the two.
 
 from __future__ import annotations
 
-import uuid
 from typing import Optional
 
 import numpy as np
-import orjson
 
 from sglang.srt.configs.model_info import Capability
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.frontend.embed_sides import scores_by_cosine
+from sglang.srt.frontend.openai.rerank_results import rank_results, rerank_body
 from sglang.srt.frontend.openai.serving_base import OpenAIServingBase
 from sglang.srt.frontend.openai.serving_cosine_rerank import ServingCosineRerank
 from sglang.srt.frontend.openai.serving_maxsim import ServingMaxSimRerank
@@ -34,16 +33,7 @@ from sglang.srt.wire.io_struct import FORMAT_RAW, EmbeddingReqInput
 def rank(logits: np.ndarray, documents: list[str], top_n: Optional[int], return_documents: bool) -> list[dict]:
     """Order by logit (sigmoid saturates to 1.0 for large ones), report sigmoid(logit)."""
     scores = 1.0 / (1.0 + np.exp(-logits))
-    order = sorted(range(len(documents)), key=lambda i: -logits[i])  # stable: ties keep request order
-    if top_n is not None:
-        order = order[:top_n]
-    results = []
-    for i in order:
-        item = {"index": i, "relevance_score": float(scores[i])}
-        if return_documents:
-            item["document"] = {"text": documents[i]}
-        results.append(item)
-    return results
+    return rank_results(scores.tolist(), documents, top_n, return_documents, order_by=logits.tolist())
 
 
 class OpenAIServingRerank(OpenAIServingBase[RerankRequest]):
@@ -96,11 +86,5 @@ class OpenAIServingRerank(OpenAIServingBase[RerankRequest]):
 
     def render(self, request: RerankRequest, result: EmbeddingResult, rid: Optional[str]) -> bytes:
         logits = np.array([payload_to_array(p)[0] for p in result.payloads], dtype=np.float64)
-        tokens = sum(result.prompt_tokens)
-        body = {
-            "id": f"rerank-{rid or uuid.uuid4().hex}",
-            "model": self.served_model_name,
-            "results": rank(logits, request.documents, request.top_n, request.return_documents),
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
-        }
-        return orjson.dumps(body)
+        results = rank(logits, request.documents, request.top_n, request.return_documents)
+        return rerank_body(rid, self.served_model_name, results, sum(result.prompt_tokens))

@@ -9,6 +9,7 @@ server's --allow-auto-truncate; /embed normalizes unless `normalize: false`, as 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Optional
 
 import numpy as np
@@ -16,7 +17,7 @@ import orjson
 
 from sglang.srt.configs.model_info import Capability
 from sglang.srt.frontend.embed_options import set_output, set_prompt, set_truncation_tei
-from sglang.srt.frontend.embed_sides import Side, SideEmbedder, scores_by_cosine
+from sglang.srt.frontend.embed_sides import Side, SideEmbedder, merge_results, scores_by_cosine
 from sglang.srt.frontend.http.error_styles import TeiError, tei_empty
 from sglang.srt.frontend.http.response_parts import Parts, json_array
 from sglang.srt.frontend.inputs import normalize_input
@@ -157,13 +158,7 @@ class TeiServingPredict(OpenAIServingBase[PredictRequest]):
         for indices, res in zip([x for x in (singles, pairs) if x], results):
             for i, p, n in zip(indices, res.payloads, res.prompt_tokens):
                 payloads[i], tokens[i] = p, n
-        result = EmbeddingResult(
-            payloads,
-            tokens,
-            max(r.queue_time for r in results),
-            max(r.inference_time for r in results),
-            max(r.tokenize_time for r in results),
-        )
+        result = dataclasses.replace(merge_results(results), payloads=payloads, prompt_tokens=tokens)
         labels = self.tm.model_info.labels or ()
         out = []
         for p in payloads:
