@@ -3,7 +3,7 @@
 import pytest
 
 from sglang.srt.configs.model_config import check_model
-from sglang.srt.configs.pooler_overrides import resolve_pooling
+from sglang.srt.configs.pooler_overrides import check_chunk_count, resolve_pooling
 from sglang.srt.errors import ConfigError
 from sglang.srt.server_args import ServerArgs
 
@@ -32,3 +32,11 @@ def test_overrides_refused_where_nothing_pools():
     with pytest.raises(ConfigError, match="pool their token states"):
         resolve_pooling(args, "model", True, dense=True)
     assert resolve_pooling(ServerArgs(), "model", True, dense=True) == ("model", True)
+
+
+def test_longest_input_must_fit_a_replica_queue():
+    check_chunk_count(ServerArgs(max_embed_len=10000), 256)  # 40 chunks, 4096 places
+    with pytest.raises(ConfigError, match="up to 40 chunks of 256 tokens, more than a replica's queue holds .16"):
+        check_chunk_count(ServerArgs(max_embed_len=10000, max_queue_size=32, dp_size=2), 256)
+    with pytest.raises(ConfigError, match="chunks"):
+        check_model(ServerArgs(max_embed_len=10000, max_queue_size=8))

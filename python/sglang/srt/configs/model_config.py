@@ -18,7 +18,7 @@ from sglang.srt.configs.nomic_bert_config import (
     read_plain_config,
 )
 from sglang.srt.configs.output_config import OutputConfig, resolve_output
-from sglang.srt.configs.pooler_overrides import resolve_pooling
+from sglang.srt.configs.pooler_overrides import check_chunk_count, resolve_pooling
 from sglang.srt.configs.prompts import default_prompt, known_prompts
 from sglang.srt.configs.sentence_transformers import (
     SentenceTransformersInfo,
@@ -160,6 +160,7 @@ class ModelConfig:
             output=output,
             projection_dim=image_text_dim(hf_config) if spec.image_text else None,
         )
+        check_chunk_count(args, config.context_length)
         config.prompts = known_prompts(st_info.prompts)
         config.default_prompt = default_prompt(
             config.prompts, st_info.default_prompt_name, args.default_prompt_name, args.default_prompt

@@ -50,3 +50,19 @@ def check_chunking(args: ServerArgs, pooling: str, dense: bool) -> None:
             pooling,
             pooling,
         )
+
+
+def check_chunk_count(args: ServerArgs, context_length: int) -> None:
+    """An input's chunks are queued as inputs of their own: the longest input's must fit one
+    replica's queue share, or it could never be accepted (a 429 for every try)."""
+    if args.max_embed_len is None:
+        return
+    chunk_len = min(context_length, args.max_num_tokens)
+    most = -(-args.max_embed_len // max(1, chunk_len - 2))  # a chunk repeats up to 2 special tokens
+    share = min(args.replica_queue_sizes)
+    if most > share:
+        raise ConfigError(
+            f"--max-embed-len {args.max_embed_len} cuts an input into up to {most} chunks of {chunk_len} tokens, "
+            f"more than a replica's queue holds ({share}: --max-queue-size / --dp-size); raise --max-queue-size "
+            "or lower --max-embed-len"
+        )
