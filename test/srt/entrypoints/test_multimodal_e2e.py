@@ -141,6 +141,32 @@ def test_plain_strings_keep_working(server):
     assert _vectors(_post(server, texts[0])).shape == (1, 64)
 
 
+def test_chat_messages_give_the_item_vector(server, gme_dir, media):
+    """vLLM's chat form (#30 item 3): a user message's image_url and text parts are the fused
+    {"text", "image"} item (same template, same vector, transformers' GME vector)."""
+    uri = _file_uri(media["square"])
+    parts = [{"type": "image_url", "image_url": {"url": uri}}, {"type": "text", "text": "the red house"}]
+    chat = requests.post(
+        server.base_url + "/v1/embeddings", json={"messages": [{"role": "user", "content": parts}]}, timeout=60
+    )
+    item = _post(server, [{"text": "the red house", "image": uri}])
+    text_only = requests.post(
+        server.base_url + "/v1/embeddings",
+        json={"messages": [{"role": "user", "content": "a cat by the river"}]},
+        timeout=60,
+    )
+    np.testing.assert_allclose(_vectors(chat), _vectors(item), atol=1e-6)
+    assert chat.json()["usage"] == item.json()["usage"]
+    np.testing.assert_allclose(
+        _vectors(text_only), _vectors(_post(server, [{"text": "a cat by the river"}])), atol=1e-6
+    )
+    ref, _ = hf_gme_embedding(gme_dir, load_hf_gme(gme_dir), "the red house", media["square"])
+    assert np.linalg.norm(_vectors(chat)[0] - ref) / np.linalg.norm(ref) <= 1e-4
+    two_turns = [{"role": "system", "content": "x"}, {"role": "user", "content": parts}]
+    r = requests.post(server.base_url + "/v1/embeddings", json={"messages": two_turns}, timeout=60)
+    assert r.status_code == 400 and "one user message" in r.json()["error"]["message"]
+
+
 @pytest.mark.parametrize("fmt", ["float", "base64"])
 def test_matryoshka_dimensions_on_images(server, media, fmt):
     items = [{"image": _file_uri(media["wide"])}, {"text": "a cat", "image": media["square"]}]
