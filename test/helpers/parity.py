@@ -25,6 +25,14 @@ def relative_error_rows(ours: np.ndarray, ref: np.ndarray) -> np.ndarray:
     return np.linalg.norm(ours - ref, axis=1) / np.maximum(np.linalg.norm(ref, axis=1), 1e-12)
 
 
+def served(runner, reqs: list) -> np.ndarray:
+    """run_requests' pooled rows as the server answers them by default: normalized when the
+    checkpoint says so (the renderer's step, wire/matryoshka.shape_rows)."""
+    from sglang.srt.wire.matryoshka import shape_rows
+
+    return shape_rows(runner.run_requests(reqs), None, runner.model_config.normalize)
+
+
 def make_runner(model_dir: str, **kwargs):
     from sglang.srt.model_executor.model_runner import ModelRunner
     from sglang.srt.server_args import ServerArgs

@@ -13,6 +13,7 @@ from sglang.srt.model_executor.forward_io import ForwardOutput
 from sglang.srt.scheduler.scheduler import Scheduler
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.wire.io_struct import TokenizedEmbeddingReqInput
+from sglang.srt.wire.output_spec import Format, OutputSpec, Task
 
 
 def test_probabilities_follow_the_text_classification_pipeline():
@@ -61,7 +62,7 @@ def test_scheduler_copies_sparse_rows_into_its_output():
             rid=r,
             worker_id=0,
             input_ids=np.arange(3, dtype=np.int32),
-            encoding_format="sparse_tei",
+            output=OutputSpec(Task.SPARSE, Format.SPARSE_TEI),
             arrival_time=time.monotonic(),
         )
         for r in ("a", "b")

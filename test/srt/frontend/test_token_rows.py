@@ -1,5 +1,5 @@
 """Per-token rows through the messages: BatchEmbeddingOutput / BatchEmbeddingResult round trips,
-the detokenizer's rendering (float, base64, raw, token ids), and the route-side decisions
+the detokenizer's rendering (float, base64, array, token ids), and the route-side decisions
 (multi_vector_output, maxsim)."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from sglang.srt.configs.colbert_config import ColbertConfig
 from sglang.srt.configs.model_info import OutputKind
 from sglang.srt.errors import EmbeddingError
 from sglang.srt.frontend.openai.multi_vector import maxsim, multi_vector_output
+from sglang.srt.frontend.output_options import output_format
 from sglang.srt.renderer.detokenizer_manager import render_output
 from sglang.srt.wire.io_struct import (
     FORMAT_BASE64,
@@ -23,8 +24,11 @@ from sglang.srt.wire.io_struct import (
     TokenizedEmbeddingReqInput,
 )
 from sglang.srt.wire.msgcodec import decode, encode
+from sglang.srt.wire.output_spec import OutputSpec, Task
 from sglang.srt.wire.token_kinds import TOKENS_DOCUMENT, TOKENS_HIDDEN, TOKENS_QUERY
 from test.helpers.model_info import make_model_info
+
+KINDS = [TOKENS_DOCUMENT, None, TOKENS_HIDDEN]  # what each row's input asked for
 
 
 def _output(formats) -> BatchEmbeddingOutput:
@@ -35,8 +39,7 @@ def _output(formats) -> BatchEmbeddingOutput:
         worker_ids=[0, 0, 1],
         embeddings=np.ones((3, 4), dtype=np.float32),
         prompt_tokens=[3, 4, 5],
-        dimensions=[None, None, None],
-        encoding_formats=list(formats),
+        outputs=[OutputSpec(Task.TOKENS if kind else Task.DENSE, output_format(f)) for f, kind in zip(formats, KINDS)],
         error_codes=[0, 0, 0],
         error_messages=[None, None, None],
         queue_times=[0.0, 0.0, 0.0],
@@ -44,7 +47,6 @@ def _output(formats) -> BatchEmbeddingOutput:
         token_ids=np.array([7, 8, 9, 10, 11], dtype=np.int32),
         token_offsets=np.array([0, 2, 2, 5], dtype=np.int64),
         token_value_offsets=np.array([0, 6, 6, 12], dtype=np.int64),
-        token_outputs=[TOKENS_DOCUMENT, None, TOKENS_HIDDEN],
     )
 
 
@@ -54,7 +56,7 @@ def _roundtrip(msg):
 
 def test_messages_round_trip():
     out = _roundtrip(_output([FORMAT_FLOAT] * 3))
-    assert out.token_outputs == [TOKENS_DOCUMENT, None, TOKENS_HIDDEN]
+    assert [o.task for o in out.outputs] == [Task.TOKENS, Task.DENSE, Task.TOKENS]
     np.testing.assert_array_equal(out.token_values, np.arange(12, dtype=np.float32) / 10)
     np.testing.assert_array_equal(out.token_offsets, [0, 2, 2, 5])
     req = _roundtrip(
@@ -76,7 +78,7 @@ def test_rendering_per_format():
     np.testing.assert_allclose(flat.reshape(3, 2), (np.arange(6, 12) / 10).reshape(3, 2), rtol=1e-6)
     assert results[1].token_ids == [b"[9,10,11]"]
     raw = render_output(_output([FORMAT_RAW] * 3))[0].payloads[0]
-    assert np.frombuffer(raw, dtype="<f4").shape == (6,)
+    assert raw.dtype == np.float32 and raw.shape == (2, 3)  # typed numbers, for a route that computes
 
 
 def test_route_decisions():

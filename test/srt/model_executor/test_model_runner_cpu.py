@@ -61,17 +61,23 @@ def test_bfloat16_on_a_cpu_without_bf16_units_warns_once_and_auto_stays_float32(
 
 @pytest.mark.slow
 def test_per_request_normalize_in_one_batch(corpus_ids):
-    """A request's `normalize: false` gets the raw pooled vector; its batch neighbours keep the
-    checkpoint's normalization (sentence-transformers' Normalize for all-MiniLM-L6-v2)."""
+    """The runner hands over raw pooled rows whatever the inputs' specs say; the renderer normalizes
+    the rows whose spec asks (the checkpoint's default for all-MiniLM-L6-v2) and leaves the
+    `normalize: false` one raw, in the same batch."""
+    from sglang.srt.renderer.vector_render import render_vector
     from sglang.srt.wire.io_struct import TokenizedEmbeddingReqInput
+    from sglang.srt.wire.output_spec import Format, OutputSpec
 
     runner = ModelRunner(ServerArgs(device="cpu"))
     ids = corpus_ids[:3]
-    flags = [None, False, True]
-    reqs = [TokenizedEmbeddingReqInput(f"r{i}", 0, x, normalize=f) for i, (x, f) in enumerate(zip(ids, flags))]
+    specs = [OutputSpec(format=Format.ARRAY, normalize=f) for f in (True, False, True)]
+    reqs = [TokenizedEmbeddingReqInput(f"r{i}", 0, x, output=s) for i, (x, s) in enumerate(zip(ids, specs))]
     out = runner.run_requests(reqs)
-    default = runner.embed(ids)
-    np.testing.assert_allclose(out[[0, 2]], default[[0, 2]], atol=1e-6)
+    np.testing.assert_array_equal(out, runner.run_requests([reqs[1], reqs[0], reqs[2]])[[1, 0, 2]])
+    rendered = np.stack([render_vector(row, s) for row, s in zip(out, specs)])
+    default = runner.embed(ids)  # SentenceTransformer.encode's vectors: normalized
+    np.testing.assert_allclose(rendered[[0, 2]], default[[0, 2]], atol=1e-6)
+    np.testing.assert_array_equal(rendered[1], out[1])
     assert abs(float(np.linalg.norm(out[1])) - 1.0) > 1e-2  # raw mean pooling is not unit length
     np.testing.assert_allclose(out[1] / np.linalg.norm(out[1]), default[1], atol=1e-6)
     from transformers import AutoModel

@@ -18,7 +18,7 @@ from sglang.srt.model_executor.image_text_batch import pad_texts
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.wire.io_struct import MultimodalItem
 from test.helpers.images import gradient_image
-from test.helpers.parity import MIXED_TEXTS, make_runner, prepare_requests, relative_error_rows
+from test.helpers.parity import MIXED_TEXTS, make_runner, prepare_requests, relative_error_rows, served
 from test.helpers.tiny_image_text import (
     build_tiny_clip,
     build_tiny_siglip,
@@ -87,7 +87,7 @@ def test_texts_and_images_in_one_batch_match_transformers(family, image_dir):
     items += [MultimodalItem(image=f"{image_dir}/{k}.png") for k in ("tall", "square")]
     items.append(MultimodalItem(text=texts[3]))
     reqs = prepare(model_dir, runner, items, image_dir)
-    got = runner.run_requests(reqs)
+    got = served(runner, reqs)
     text_ref = reference_text(ref, texts)
     image_ref = {k: reference_images(ref, [Image.open(f"{image_dir}/{k}.png").convert("RGB")])[0] for k in IMAGES}
     expected = np.stack(
@@ -100,10 +100,10 @@ def test_texts_and_images_in_one_batch_match_transformers(family, image_dir):
     image_lens = sorted({r.num_tokens for r in reqs if r.pixel_values is not None})
     assert image_lens == {"clip": [17], "siglip": [16], "siglip2": [12, 15, 16]}[name]
     # Each input alone gives the vector it got in the mixed batch.
-    alone = np.concatenate([runner.run_requests([r]) for r in reqs])
+    alone = np.concatenate([served(runner, [r]) for r in reqs])
     assert np.abs(alone - got).max() <= 1e-5
     # Plain string inputs (the text path every model has) give the {"text"} item's vector.
-    plain = runner.run_requests([reqs[2]])
+    plain = served(runner, [reqs[2]])
     np.testing.assert_allclose(plain[0], got[2], atol=1e-6)
 
 
@@ -112,10 +112,10 @@ def test_siglip_text_padding_is_what_makes_it_match(built, image_dir):
     the parity above depends on the padding convention (pad token, padding side, length)."""
     model_dir, _, runner, ref = built("siglip")
     reqs = prepare(model_dir, runner, [MultimodalItem(text="the cat")], image_dir)
-    padded = runner.run_requests(reqs)
+    padded = served(runner, reqs)
     runner.image_text.pad_to = None
     try:
-        unpadded = runner.run_requests(reqs)
+        unpadded = served(runner, reqs)
     finally:
         runner.image_text.pad_to = runner.model.text_padding
     expected = reference_text(ref, ["the cat"])
@@ -173,13 +173,13 @@ def test_gpu_matches_transformers_and_flashinfer_graphs_match(name, tmp_path, im
     items = [MultimodalItem(text=t) for t in MIXED_TEXTS[:3]]
     items += [MultimodalItem(image=f"{image_dir}/{k}.png") for k in IMAGES]
     reqs = prepare(model_dir, exact, items, image_dir)
-    got = exact.run_requests(reqs)
+    got = served(exact, reqs)
     images = [Image.open(f"{image_dir}/{k}.png").convert("RGB") for k in IMAGES]
     expected = np.concatenate([reference_text(ref, MIXED_TEXTS[:3]), *[reference_images(ref, [i]) for i in images]])
     assert relative_error_rows(got, expected).max() <= 1e-4
-    assert cosine_rows(fast.run_requests(reqs), got).min() >= 0.999
+    assert cosine_rows(served(fast, reqs), got).min() >= 0.999
     texts = reqs[:3]  # a text-only batch: the graph path
-    assert cosine_rows(fast.run_requests(texts), got[:3]).min() >= 0.999
+    assert cosine_rows(served(fast, texts), got[:3]).min() >= 0.999
 
 
 def test_config_without_architectures_is_detected_by_model_type(built, tmp_path):
@@ -214,15 +214,22 @@ def test_image_processor_that_does_not_fit_the_tower_fails_at_start(built):
 
 
 def test_request_normalize_false_returns_the_raw_projection(built, image_dir):
-    """A request's `normalize: false` holds for text and image inputs alike, per input in a batch."""
+    """Text and image inputs alike leave the runner as raw projections; the renderer normalizes
+    them per input as each spec says (`normalize: false` keeps one raw, its neighbours not)."""
+    from sglang.srt.renderer.vector_render import render_vector
+    from sglang.srt.wire.output_spec import Format, OutputSpec
+
     model_dir, _, runner, _ = built("clip")
     items = [MultimodalItem(text="the cat"), MultimodalItem(image=f"{image_dir}/wide.png")]
     reqs = prepare(model_dir, runner, items, image_dir)
-    normalized = runner.run_requests(reqs)
-    for r in reqs:
-        r.normalize = False
-    raw = runner.run_requests(reqs + prepare(model_dir, runner, items, image_dir))  # + two default inputs
+    normalized = served(runner, reqs)
+    raw = runner.run_requests(reqs)
     norms = np.linalg.norm(raw, axis=1)
     assert abs(norms[0] - 1) > 1e-3 and abs(norms[1] - 1) > 1e-3
-    np.testing.assert_allclose(raw[:2] / norms[:2, None], normalized, atol=1e-6)
-    np.testing.assert_allclose(raw[2:], normalized, atol=1e-6)
+    specs = [OutputSpec(format=Format.ARRAY, normalize=f) for f in (False, True, True, False)]
+    rendered = [render_vector(row, spec) for row, spec in zip(np.concatenate([raw, raw]), specs)]
+    np.testing.assert_array_equal(rendered[0], raw[0])
+    np.testing.assert_allclose(rendered[1], normalized[1], atol=1e-6)
+    np.testing.assert_allclose(rendered[2], normalized[0], atol=1e-6)
+    np.testing.assert_array_equal(rendered[3], raw[1])
+    np.testing.assert_allclose(raw / norms[:, None], normalized, atol=1e-6)

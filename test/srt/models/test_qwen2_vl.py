@@ -17,7 +17,7 @@ from sglang.srt.server_args import ServerArgs
 from sglang.srt.wire.io_struct import MultimodalItem, TokenizedEmbeddingReqInput
 from test.helpers.gme_reference import hf_gme_embedding, load_hf_gme
 from test.helpers.images import gradient_image
-from test.helpers.parity import make_runner, prepare_requests, relative_error_rows
+from test.helpers.parity import make_runner, prepare_requests, relative_error_rows, served
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +47,7 @@ def ours(gme_dir, runner, items: list[MultimodalItem], image_dir: str) -> tuple[
         model_path=gme_dir, is_embedding=True, chat_template="gme-qwen2-vl", allowed_local_media_path=image_dir
     )
     reqs = prepare_requests(args, runner, items)
-    return runner.run_requests(reqs), reqs
+    return served(runner, reqs), reqs
 
 
 def test_detected_as_lasttoken_decoder_with_images(runner, gme_dir):
@@ -75,7 +75,7 @@ def test_text_image_fused_and_two_image_sizes_in_one_batch(gme_dir, runner, hf_m
     assert grids == {(1, 4, 8), (1, 8, 8)}  # two image sizes share the batch's one vision forward
     assert relative_error_rows(got, np.stack([v for v, _ in refs])).max() <= 1e-4
     # Each item alone gives the same vector as inside the mixed batch.
-    alone = np.concatenate([runner.run_requests([r]) for r in reqs])
+    alone = np.concatenate([served(runner, [r]) for r in reqs])
     assert np.abs(alone - got).max() <= 1e-5
 
 
@@ -92,7 +92,7 @@ def test_m_rope_positions_matter(gme_dir, runner, hf_model, images):
     got, reqs = ours(gme_dir, runner, [MultimodalItem("a cat", images["wide"])], os.path.dirname(images["wide"]))
     n = reqs[0].num_tokens
     reqs[0].mrope_positions = np.broadcast_to(np.arange(n), (3, n)).copy()
-    flat = runner.run_requests(reqs)
+    flat = served(runner, reqs)
     ref = hf_gme_embedding(gme_dir, hf_model, "a cat", images["wide"])[0][None]
     assert relative_error_rows(got, ref).max() <= 1e-4 < relative_error_rows(flat, ref).max()
 
@@ -129,6 +129,6 @@ def test_image_token_id_in_a_plain_input_is_left_alone(gme_dir, runner, images):
     got, reqs = ours(gme_dir, runner, [MultimodalItem("a cat", images["wide"])], os.path.dirname(images["wide"]))
     pad = runner.model.image_token_id
     plain = TokenizedEmbeddingReqInput(rid="plain", worker_id=0, input_ids=np.array([pad, 7, pad, 9], np.int32))
-    mixed = runner.run_requests([plain, reqs[0]])
+    mixed = served(runner, [plain, reqs[0]])
     assert np.abs(mixed[1] - got[0]).max() <= 1e-5
-    assert np.abs(mixed[0] - runner.run_requests([plain])[0]).max() <= 1e-5
+    assert np.abs(mixed[0] - served(runner, [plain])[0]).max() <= 1e-5

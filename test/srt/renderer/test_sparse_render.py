@@ -10,12 +10,12 @@ from sglang.srt.errors import ErrorKind
 from sglang.srt.renderer.detokenizer_manager import render_output
 from sglang.srt.renderer.sparse_render import TokenTexts, render_sparse
 from sglang.srt.wire.io_struct import (
-    FORMAT_FLOAT,
     FORMAT_SPARSE_DICT,
     FORMAT_SPARSE_TEI,
     FORMAT_SPARSE_TEI_TEXT,
     BatchEmbeddingOutput,
 )
+from sglang.srt.wire.output_spec import Format, OutputSpec, Task
 
 IDS = np.array([5, 42, 1999], np.int32)
 VALUES = np.array([0.1, 2.5, 0.3333333], np.float32)
@@ -59,8 +59,12 @@ def test_mixed_batch_renders_dense_and_sparse_rows():
         worker_ids=[0, 1, 0, 0],
         embeddings=np.array([[1.0, 2.0], [0, 0], [0, 0], [0, 0]], np.float32),
         prompt_tokens=[2, 3, 1, 1],
-        dimensions=[None] * 4,
-        encoding_formats=[FORMAT_FLOAT, FORMAT_SPARSE_DICT, FORMAT_SPARSE_TEI, FORMAT_SPARSE_TEI],
+        outputs=[
+            OutputSpec(),
+            OutputSpec(Task.SPARSE, Format.SPARSE_DICT),
+            OutputSpec(Task.SPARSE, Format.SPARSE_TEI),
+            OutputSpec(Task.SPARSE, Format.SPARSE_TEI),
+        ],
         error_codes=[0, 0, ErrorKind.INTERNAL, 0],
         error_messages=[None, None, "boom", None],
         queue_times=[0.0] * 4,

@@ -15,6 +15,7 @@ from sglang.srt.scheduler.scheduler_process import SchedulerLoop
 from sglang.srt.utils.allocator import AllocatorPlan, SchedulerMemory
 from sglang.srt.wire.io_struct import AbortReq, BatchEmbeddingOutput
 from sglang.srt.wire.msgcodec import decode, send
+from sglang.srt.wire.output_spec import OutputSpec
 
 IDLE_S = 0.05
 
@@ -25,8 +26,7 @@ def _output(tokens: int) -> BatchEmbeddingOutput:
         worker_ids=[0],
         embeddings=np.zeros((1, 4), np.float32),
         prompt_tokens=[tokens],
-        dimensions=[None],
-        encoding_formats=["float"],
+        outputs=[OutputSpec()],
         error_codes=[0],
         error_messages=[None],
         queue_times=[0.0],

@@ -25,6 +25,7 @@ from sglang.srt.wire.io_struct import (
     TokenizedEmbeddingReqInput,
 )
 from sglang.srt.wire.msgcodec import decode, encode
+from sglang.srt.wire.output_spec import OutputSpec
 from sglang.srt.wire.request_tracing import request_span, trace_render
 from test.helpers.otlp_receiver import OtlpReceiver, spans_named
 
@@ -59,8 +60,7 @@ def test_trace_contexts_survive_the_messages():
         worker_ids=[0, 0],
         embeddings=np.zeros((2, 4), np.float32),
         prompt_tokens=[3, 2],
-        dimensions=[None, None],
-        encoding_formats=["float", "float"],
+        outputs=[OutputSpec(), OutputSpec()],
         error_codes=[0, 0],
         error_messages=[None, None],
         queue_times=[0.0, 0.0],

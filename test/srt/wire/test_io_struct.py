@@ -16,6 +16,7 @@ from sglang.srt.wire.io_struct import (
     TokenizedEmbeddingReqInput,
 )
 from sglang.srt.wire.msgcodec import decode, encode
+from sglang.srt.wire.output_spec import Format, OutputSpec, Task
 
 
 def _roundtrip(msg):
@@ -31,8 +32,7 @@ def test_tokenized_batch_roundtrip():
             worker_id=1,
             input_ids=np.array([101, 7, 102], np.int32),
             token_type_ids=np.array([0, 0, 1], np.int32),
-            dimensions=64,
-            encoding_format="base64",
+            output=OutputSpec(Task.DENSE, Format.BASE64, dimensions=64, normalize=True),
             arrival_time=12.5,
         ),
         TokenizedEmbeddingReqInput(rid="a-1", worker_id=1, input_ids=np.array([5], np.int32)),
@@ -40,8 +40,8 @@ def test_tokenized_batch_roundtrip():
     back = _roundtrip(BatchTokenizedEmbeddingReqInput(reqs))
     assert isinstance(back, BatchTokenizedEmbeddingReqInput)
     for a, b in zip(reqs, back.reqs):
-        assert a.rid == b.rid and a.worker_id == b.worker_id and a.dimensions == b.dimensions
-        assert a.encoding_format == b.encoding_format and a.arrival_time == b.arrival_time
+        assert a.rid == b.rid and a.worker_id == b.worker_id and a.output == b.output
+        assert a.arrival_time == b.arrival_time
         np.testing.assert_array_equal(a.input_ids, b.input_ids)
         assert b.input_ids.dtype == np.int32
     np.testing.assert_array_equal(back.reqs[0].token_type_ids, reqs[0].token_type_ids)
@@ -79,8 +79,7 @@ def test_batch_output_roundtrip_keeps_float32_buffer():
         worker_ids=[0, 1, 0],
         embeddings=emb,
         prompt_tokens=[3, 4, 5],
-        dimensions=[None, 4, None],
-        encoding_formats=["float", "base64", "raw"],
+        outputs=[OutputSpec(), OutputSpec(format=Format.BASE64, dimensions=4), OutputSpec(format=Format.ARRAY)],
         error_codes=[0, 0, ErrorKind.INTERNAL],
         error_messages=[None, None, "boom"],
         queue_times=[0.1, 0.2, 0.3],
@@ -90,7 +89,7 @@ def test_batch_output_roundtrip_keeps_float32_buffer():
     np.testing.assert_array_equal(back.embeddings, emb)
     assert back.embeddings.dtype == np.float32
     assert back.rids == out.rids and back.error_messages == out.error_messages
-    assert back.dimensions == [None, 4, None] and back.inference_time == 0.01
+    assert back.outputs == out.outputs and back.inference_time == 0.01
 
 
 def test_batch_output_roundtrip_keeps_sparse_columns():
@@ -99,8 +98,7 @@ def test_batch_output_roundtrip_keeps_sparse_columns():
         worker_ids=[0, 0, 0],
         embeddings=np.zeros((3, 4), np.float32),
         prompt_tokens=[3, 4, 2],
-        dimensions=[None] * 3,
-        encoding_formats=["float", "sparse_tei", "sparse_dict"],
+        outputs=[OutputSpec(), OutputSpec(Task.SPARSE, Format.SPARSE_TEI), OutputSpec(Task.SPARSE, Format.SPARSE_DICT)],
         error_codes=[0, 0, 0],
         error_messages=[None] * 3,
         queue_times=[0.0] * 3,
@@ -139,8 +137,7 @@ def test_vectors_travel_as_raw_frames_not_json():
             worker_ids=[0, 0],
             embeddings=emb,
             prompt_tokens=[1, 1],
-            dimensions=[None, None],
-            encoding_formats=["float"] * 2,
+            outputs=[OutputSpec()] * 2,
             error_codes=[0, 0],
             error_messages=[None, None],
             queue_times=[0, 0],
@@ -168,25 +165,26 @@ def test_request_split_keeps_order_and_every_other_field():
 
 
 def test_output_options_cross_both_links():
-    """normalize / embed_dtype / endianness reach the runner (tokenized input) and the detokenizer
-    (output columns) unchanged."""
-    req = TokenizedEmbeddingReqInput(
-        rid="o-0",
-        worker_id=0,
-        input_ids=np.ones(2, np.int32),
-        normalize=False,
-        embed_dtype="bfloat16",
-        endianness="big",
-    )
+    """An input's OutputSpec reaches the scheduler (tokenized input) and the renderer (output
+    column) unchanged; an input without one gets the plain dense float vector's."""
+    spec = OutputSpec(Task.DENSE, Format.BASE64, normalize=False, dtype="bfloat16", endianness="big")
+    req = TokenizedEmbeddingReqInput(rid="o-0", worker_id=0, input_ids=np.ones(2, np.int32), output=spec)
     (back,) = _roundtrip(BatchTokenizedEmbeddingReqInput([req])).reqs
-    assert (back.normalize, back.embed_dtype, back.endianness) == (False, "bfloat16", "big")
+    assert back.output == spec
     plain = _roundtrip(BatchTokenizedEmbeddingReqInput([TokenizedEmbeddingReqInput("p", 0, np.ones(1, np.int32))]))
-    assert (plain.reqs[0].normalize, plain.reqs[0].embed_dtype, plain.reqs[0].endianness) == (None, "float32", "little")
-    out = BatchEmbeddingOutput.failure([req], ErrorKind.INTERNAL, "x")
-    out.normalize, out.embed_dtypes, out.endianness = [False], ["float16"], ["big"]
-    back_out = _roundtrip(out)
-    assert (back_out.normalize, back_out.embed_dtypes, back_out.endianness) == ([False], ["float16"], ["big"])
-    assert _roundtrip(BatchEmbeddingOutput.failure([req], ErrorKind.INTERNAL, "x")).normalize is None
+    assert plain.reqs[0].output == OutputSpec()
+    assert _roundtrip(BatchEmbeddingOutput.failure([req], ErrorKind.INTERNAL, "x")).outputs == [spec]
+
+
+def test_array_payloads_roundtrip_typed():
+    """Format.ARRAY rows reach the HTTP process as float32 arrays, not bytes to decode."""
+    rows = [np.array([0.5, -1.0], np.float32), np.arange(6, dtype=np.float32).reshape(2, 3)]
+    res = BatchEmbeddingResult(["a", "b", "c"], rows + [b"[1.0]"], [1, 1, 1], [0, 0, 0], [None] * 3, [0.0] * 3)
+    back = _roundtrip(res)
+    for got, want in zip(back.payloads, rows):
+        assert got.dtype == np.float32 and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    assert back.payloads[2] == b"[1.0]"
 
 
 def test_request_split_keeps_the_per_request_options():

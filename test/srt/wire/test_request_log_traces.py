@@ -19,7 +19,8 @@ from sglang.srt.scheduler.scheduler import Scheduler
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.logging_utils import JsonFormatter, TextFormatter
 from sglang.srt.utils.tracing import Tracing
-from sglang.srt.wire.io_struct import FORMAT_SPARSE_DICT, TokenizedEmbeddingReqInput
+from sglang.srt.wire.io_struct import TokenizedEmbeddingReqInput
+from sglang.srt.wire.output_spec import Format, OutputSpec, Task
 from sglang.srt.wire.request_tracing import log_fields
 
 TRACE_A, TRACE_B = "0af7651916cd43dd8448eb211c80319c", "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -46,7 +47,9 @@ class Lines(logging.Handler):
 @pytest.fixture
 def lines():
     handler = Lines()
-    loggers = [logging.getLogger(m) for m in ("sglang.srt.scheduler.scheduler", "sglang.srt.renderer.detokenizer_manager")]
+    loggers = [
+        logging.getLogger(m) for m in ("sglang.srt.scheduler.scheduler", "sglang.srt.renderer.detokenizer_manager")
+    ]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.addHandler(handler)
@@ -148,7 +151,7 @@ def test_detokenizer_render_failure_names_the_batch_and_answers_every_row(lines,
     tracing, _ = tracing
     s = Scheduler(ServerArgs(max_queue_delay=0), _ok, Clock(), tracing=tracing)
     reqs = [_req("a0", TP_A), _req("b0", TP_B, worker=1)]
-    reqs[1].encoding_format = FORMAT_SPARSE_DICT  # no sparse rows in the output: rendering fails
+    reqs[1].output = OutputSpec(Task.SPARSE, Format.SPARSE_DICT)  # no sparse rows in the output: rendering fails
     s.add_requests(reqs)
     out, _ = s.step()
     results = render_or_fail(out)

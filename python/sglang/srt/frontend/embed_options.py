@@ -6,7 +6,8 @@ Every route that embeds (/v1/embeddings, /embeddings, TEI's /embed, Cohere's /v2
 - truncation: vLLM `truncate_prompt_tokens` (k > 0 keeps the last k tokens, -1 the model's own
   limit) and `truncation_side`; TEI `truncate` + `truncation_direction`; Cohere `truncate` +
   `max_tokens` (its route maps them here too);
-- output: `normalize`, vLLM `embed_dtype` / `endianness` (base64 element type and byte order);
+- output: `normalize` (vLLM's newer `use_activation`), vLLM `embed_dtype` / `endianness` (base64 and
+  bytes element type and byte order); frontend/output_options.py turns them into the OutputSpec;
 - prompts: `prompt_name`, a raw `prompt` or `instruction` (configs/prompts.py), or `input_type`
   (frontend/input_types.py);
 - fields a peer defines that would change the output and that this server does not implement are
@@ -22,7 +23,13 @@ from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.configs.prompts import resolve_prompt
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.frontend.input_types import input_type_prompt
-from sglang.srt.wire.io_struct import EMBED_DTYPES, ENCODING_FORMATS, TRUNCATION_SIDES, EmbeddingReqInput
+from sglang.srt.wire.io_struct import (
+    BINARY_FORMATS,
+    EMBED_DTYPES,
+    ENCODING_FORMATS,
+    TRUNCATION_SIDES,
+    EmbeddingReqInput,
+)
 
 # Request fields other servers define that change what comes back, and what to use here instead.
 UNSUPPORTED_FIELDS: dict[str, str] = {
@@ -60,13 +67,31 @@ def check_choice(value: Optional[str], allowed: Iterable[str], param: str) -> No
         raise invalid(f"{param} {value!r} is not supported; use one of {names}.", param)
 
 
-def check_encoding_format(value: str, param: str = "encoding_format") -> None:
-    if value not in ENCODING_FORMATS:
+def check_encoding_format(value: str, param: str = "encoding_format", binary: bool = False) -> None:
+    """`float` or `base64`; with `binary` (vLLM's /v1/embeddings and /pooling) also `bytes` / `bytes_only`."""
+    if value in ENCODING_FORMATS or (binary and value in BINARY_FORMATS):
+        return
+    names = "'float', 'base64', 'bytes' or 'bytes_only'" if binary else "'float' or 'base64'"
+    raise invalid(
+        f"{param} {value!r} is not supported; use {names} "
+        "(int8, uint8, binary and ubinary vectors: `embedding_types`).",
+        param,
+    )
+
+
+def resolve_use_activation(request) -> None:
+    """vLLM's `use_activation` is its newer name for `normalize`: it becomes `normalize`; both given
+    and different is a 400 (which one did the client mean?)."""
+    value = getattr(request, "use_activation", None)
+    if value is None:
+        return
+    if request.normalize is not None and request.normalize != value:
         raise invalid(
-            f"{param} {value!r} is not supported; use 'float' or 'base64' "
-            "(int8, uint8, binary and ubinary vectors: `embedding_types`).",
-            param,
+            f"`use_activation` ({str(value).lower()}) and `normalize` ({str(request.normalize).lower()}) "
+            "are the same option and disagree; send one of them.",
+            "use_activation",
         )
+    request.normalize = value
 
 
 def set_truncation_vllm(

@@ -25,6 +25,7 @@ from sglang.srt.frontend.dp_policy import replica_capacities
 from sglang.srt.frontend.dp_router import ReplicaRouter
 from sglang.srt.frontend.multimodal.preparer import MultimodalPreparer
 from sglang.srt.frontend.multimodal.preparer import attach as attach_images
+from sglang.srt.frontend.output_options import output_spec
 from sglang.srt.frontend.response_size import check_per_token_size
 from sglang.srt.frontend.shared_inputs import work_chars
 from sglang.srt.frontend.tokenization import InputTokenizer
@@ -180,6 +181,11 @@ class TokenizerManager:
         if req.token_output is not None:  # per-token answers: refused here when too large, before any compute
             sizes = [len(ids) for ids, _ in tokenized]
             check_per_token_size(req, sizes, self.model_info, self.server_args.max_response_bytes)
+        chunk_lens: list = [None] * len(tokenized)
+        if prepared is None and self.input_tokenizer.chunks is not None:  # --max-embed-len (frontend/chunking.py)
+            for i, (ids, types) in enumerate(tokenized):
+                ids, chunk_lens[i] = self.input_tokenizer.split(ids, req)
+                tokenized[i] = (ids, types)
         # Internal ids are always fresh: a client's x-request-id may repeat, and sharing state
         # keys would hand one client's vectors to another.
         base = uuid.uuid4().hex
@@ -187,20 +193,18 @@ class TokenizerManager:
         if traceparent is not None:
             attrs = {"sglang.inputs": len(tokenized), "sglang.prompt_tokens": sum(len(ids) for ids, _ in tokenized)}
             self.tracing.record("prepare_images" if prepared is not None else "tokenize", traceparent, t0, now, attrs)
+        spec = output_spec(req, self.model_info)  # every input of the request answers alike
         reqs = [
             TokenizedEmbeddingReqInput(
                 rid=f"{base}-{i}",
                 worker_id=self.worker_id,
                 input_ids=ids,
                 token_type_ids=types,
-                dimensions=req.dimensions,
-                encoding_format=req.encoding_format,
+                output=spec,
                 arrival_time=now,
                 token_output=req.token_output,
                 key_len=key_lens[i] if key_lens else None,
-                normalize=self.model_info.normalize if req.normalize is None else req.normalize,
-                embed_dtype=req.embed_dtype,
-                endianness=req.endianness,
+                chunk_lens=chunk_lens[i],
                 trace_context=traceparent,
             )
             for i, (ids, types) in enumerate(tokenized)
@@ -317,6 +321,9 @@ def admission_limit(server_args: ServerArgs) -> int:
     return sum(replica_capacities(server_args))
 
 
-def payload_to_array(payload: bytes) -> np.ndarray:
-    """A FORMAT_RAW payload back into float32 (used by the in-process Engine)."""
+def payload_to_array(payload) -> np.ndarray:
+    """A FORMAT_RAW row as its float32 numbers: the renderer already sends them as an array
+    (Format.ARRAY), so this only passes them on (bytes are read as little-endian float32)."""
+    if isinstance(payload, np.ndarray):
+        return payload
     return np.frombuffer(payload, dtype="<f4")

@@ -37,9 +37,6 @@ class ForwardBatch:
     pixel_values: Optional[torch.Tensor] = None  # [patches, C * T * P * P], every image of the batch
     image_grid_thw: Optional[np.ndarray] = None  # host int64 [images, 3]: (t, h, w) patches per image
     image_token_index: Optional[torch.Tensor] = None  # [merged patches] int64: the packed rows they fill
-    # Per sequence, whether the output head L2-normalizes its vector ([B] bool; None: every
-    # sequence as the checkpoint says). Set by the runner when a request asked otherwise.
-    normalize_rows: Optional[torch.Tensor] = None
 
     @property
     def batch_size(self) -> int:

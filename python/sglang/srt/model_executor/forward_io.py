@@ -26,14 +26,13 @@ class ForwardInput(Protocol):
     # and, for ColBERT query expansion, how many leading tokens are keys (None: all).
     token_output: Optional[str]
     key_len: Optional[int]
-    normalize: Optional[bool]  # L2-normalize this input's vector (None: as the checkpoint says)
 
     @property
     def num_tokens(self) -> int: ...
 
     @property
     def is_sparse(self) -> bool:
-        """The input asked for {token_id: weight} rather than a dense vector."""
+        """The input's OutputSpec task is sparse weights ({token_id: weight}), not a dense vector."""
         ...
 
 

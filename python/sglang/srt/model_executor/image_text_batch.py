@@ -22,7 +22,6 @@ import numpy as np
 import torch
 
 from sglang.srt.model_executor.forward_io import ForwardInput
-from sglang.srt.model_executor.output_head import normalize_as, normalize_rows
 
 if TYPE_CHECKING:
     from sglang.srt.model_executor.model_runner import ModelRunner
@@ -74,21 +73,18 @@ class ImageTextRunner:
 
     @torch.inference_mode()
     def run(self, reqs: Sequence[ForwardInput]) -> np.ndarray:
-        """float32 [B, dim]: one normalized vector per input, in order."""
+        """float32 [B, dim]: one vector per input, in order (normalized by the renderer)."""
         for r in reqs:
             if r.is_sparse or getattr(r, "token_output", None) is not None:
                 raise ValueError("text-image models answer with one dense vector per input")
         images = [i for i, r in enumerate(reqs) if r.pixel_values is not None]
         texts = [i for i, r in enumerate(reqs) if r.pixel_values is None]
-        default = self.runner.model_config.normalize
         rows: list[torch.Tensor] = []
         if texts:  # a text model's path: a CUDA graph where one fits, then the output head's pool_text
             fb = self.runner.build_batch(self.text_tokens([reqs[i].input_ids for i in texts]))
-            fb.normalize_rows = normalize_rows([reqs[i] for i in texts], default)
             rows.append(self.runner.forward(fb))
         if images:
-            vectors = self.encode_images([reqs[i] for i in images]).float()
-            rows.append(normalize_as(vectors, normalize_rows([reqs[i] for i in images], default), default))
+            rows.append(self.encode_images([reqs[i] for i in images]).float())
         vectors = torch.cat(rows) if len(rows) > 1 else rows[0]
         order = texts + images
         if order != sorted(order):

@@ -19,12 +19,14 @@ from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_executor.forward_io import ForwardInput, ForwardOutput
 from sglang.srt.model_executor.image_text_batch import ImageTextRunner
 from sglang.srt.model_executor.multimodal_batch import build_multimodal_batch, has_images, vision_info
-from sglang.srt.model_executor.output_head import OutputHead, normalize_rows
-from sglang.srt.model_executor.placement import ReplicaSlot, place_replica
+from sglang.srt.model_executor.output_head import OutputHead
+from sglang.srt.model_executor.placement import place_replica
+from sglang.srt.model_executor.replica_slots import ReplicaSlot
 from sglang.srt.model_loader.loader import load_model
 from sglang.srt.models import model_class
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.hub import resolve_model_path
+from sglang.srt.wire.matryoshka import shape_rows
 
 if TYPE_CHECKING:
     from sglang.srt.model_executor.breakable_graph_runner import BreakableGraphRunner
@@ -209,8 +211,8 @@ class ModelRunner:
 
     @torch.inference_mode()
     def forward(self, fb: ForwardBatch) -> torch.Tensor:
-        """Pooled (and, where configured, normalized) float32 vectors [B, dim] on the device
-        (a classifier's logits [B, num_labels]), from the dense output head."""
+        """Pooled float32 vectors [B, dim] on the device, not normalized (the renderer normalizes
+        them as each input's OutputSpec says), or a classifier's logits [B, num_labels]."""
         return self.output_head.dense(self.hidden_states(fb), fb)
 
     def hidden_states(self, fb: ForwardBatch) -> torch.Tensor:
@@ -245,7 +247,6 @@ class ModelRunner:
         if any(r.is_sparse for r in reqs) or any(k is not None for k in token_rows):
             return self.run_with_heads(reqs, token_rows)
         fb = self.build_batch([r.input_ids for r in reqs], [r.token_type_ids for r in reqs])
-        fb.normalize_rows = normalize_rows(reqs, self.model_config.normalize)
         return self.forward(fb).to("cpu", torch.float32).numpy()
 
     @torch.inference_mode()
@@ -254,19 +255,20 @@ class ModelRunner:
         read the hidden states. ColBERT queries with expansion tokens limit their keys (key_len)."""
         key_lens = [getattr(r, "key_len", None) for r in reqs]
         fb = self.build_batch([r.input_ids for r in reqs], [r.token_type_ids for r in reqs], key_lens)
-        fb.normalize_rows = normalize_rows(reqs, self.model_config.normalize)
         return self.output_head.run(self.hidden_states(fb), fb, [r.is_sparse for r in reqs], token_rows)
 
     def run_multimodal(self, reqs: Sequence[ForwardInput]) -> np.ndarray:
         """A batch with images (Qwen2-VL): M-RoPE positions keep it off the CUDA graphs."""
         fb = build_multimodal_batch(reqs, self.device, self.model.image_token_id, self.model_config.dtype)
         fb.attn_backend = self.attn_backend
-        fb.normalize_rows = normalize_rows(reqs, self.model_config.normalize)
         return self.forward(fb).to("cpu", torch.float32).numpy()
 
     def embed(
         self, token_lists: Sequence[np.ndarray], token_type_lists: Optional[Sequence[Optional[np.ndarray]]] = None
     ) -> np.ndarray:
-        """Token lists -> float32 numpy [B, dim]; the whole path the scheduler runs per batch."""
+        """Token lists -> float32 numpy [B, dim] through the dense head alone, normalized as the
+        checkpoint says (what SentenceTransformer.encode returns), for tests and benchmarks (the
+        scheduler calls run_requests, which also routes images, sparse and per-token rows, and
+        leaves normalization to the renderer)."""
         out = self.forward(self.build_batch(token_lists, token_type_lists))
-        return out.to("cpu", torch.float32).numpy()
+        return shape_rows(out.to("cpu", torch.float32).numpy(), None, self.model_config.normalize)

@@ -1,8 +1,9 @@
 """The output head: what the runner makes of a batch's final hidden states.
 
 Chosen once at start-up from ModelConfig.output:
-- dense: pooling, then the sentence-transformers Dense modules, then L2 normalization where the
-  checkpoint says so (PooledEmbeddingHead);
+- dense: pooling, then the sentence-transformers Dense modules (PooledEmbeddingHead); the rows
+  leave unnormalized: the renderer normalizes them as each input's OutputSpec says (the
+  checkpoint's Normalize module decides its default, frontend/output_options.py);
 - logits: a classification head (layers/classifier_heads.py), or an LLM reranker's few LM-head
   rows (layers/token_score_head.py);
 - sparse: bge-m3's token-weight head or SPLADE (layers/sparse_heads.py), run only when some input
@@ -18,7 +19,6 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from sglang.srt.configs.model_config import ModelConfig
@@ -34,16 +34,12 @@ from sglang.srt.server_args import ServerArgs
 
 
 class PooledEmbeddingHead(nn.Module):
-    """Pool (float32) -> sentence-transformers Dense modules -> normalize: SentenceTransformer.encode's order.
-
-    Normalization follows the checkpoint unless the batch says per sequence (fb.normalize_rows:
-    a request's `normalize`).
-    """
+    """Pool (float32) -> sentence-transformers Dense modules: SentenceTransformer.encode's order, up to
+    its Normalize module, which the renderer applies (renderer/vector_render.py)."""
 
     def __init__(self, model_config: ModelConfig) -> None:
         super().__init__()
         dense = model_config.st_info.dense_layers
-        self.normalize = model_config.normalize
         self.pooler = Pooler(model_config.pooling, normalize=False)
         self.dense = STDenseStack(dense) if dense else None
 
@@ -51,35 +47,19 @@ class PooledEmbeddingHead(nn.Module):
         x = self.pooler(hidden, fb)
         if self.dense is not None:
             x = self.dense(x)
-        return normalize_as(x, fb.normalize_rows, self.normalize)
-
-
-def normalize_as(x: torch.Tensor, rows: Optional[torch.Tensor], default: bool) -> torch.Tensor:
-    """L2-normalize the rows `rows` says ([B] bool), or all of them when `default` and rows is None."""
-    if rows is None:
-        return F.normalize(x, p=2, dim=-1) if default else x
-    return torch.where(rows.to(x.device).unsqueeze(1), F.normalize(x, p=2, dim=-1), x)
-
-
-def normalize_rows(reqs: Sequence, default: bool) -> Optional[torch.Tensor]:
-    """The batch's per-sequence normalize flags, or None when every input wants the checkpoint's."""
-    flags = [default if getattr(r, "normalize", None) is None else bool(r.normalize) for r in reqs]
-    if all(f == default for f in flags):
-        return None
-    return torch.tensor(flags, dtype=torch.bool)
+        return x
 
 
 class ModelPooledHead(nn.Module):
     """Models that pool themselves (CLIP / SigLIP text towers, pooling "model"): their
-    `pool_text(hidden, fb)`, then L2 normalization (per row as requests ask), in float32."""
+    `pool_text(hidden, fb)` in float32 (normalized by the renderer, as every dense row)."""
 
-    def __init__(self, pool_text, normalize: bool) -> None:
+    def __init__(self, pool_text) -> None:
         super().__init__()
         self.pool_text = pool_text  # a bound method of the model (not registered as a submodule)
-        self.normalize = normalize
 
     def forward(self, hidden: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
-        return normalize_as(self.pool_text(hidden, fb).float(), fb.normalize_rows, self.normalize)
+        return self.pool_text(hidden, fb).float()
 
 
 def special_token_ids(server_args: ServerArgs) -> list[int]:
@@ -149,7 +129,7 @@ class OutputHead:
                 out.classifier, text_config, len(out.labels), model_config.model_path, device, model_config.dtype
             )
         elif model_config.pooling == "model":
-            dense = ModelPooledHead(model.pool_text, model_config.normalize)
+            dense = ModelPooledHead(model.pool_text)
         elif out.has_dense:
             dense = PooledEmbeddingHead(model_config).to(device)
         sparse = _build_sparse(model_config, model, device, server_args) if out.sparse is not None else None

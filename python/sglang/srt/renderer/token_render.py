@@ -1,21 +1,17 @@
-"""Render one per-token row (ColBERT vectors or hidden states) into its wire form, in the detokenizer.
+"""One input's per-token rows (ColBERT vectors or hidden states) out of a batch, in the detokenizer.
 
-- FORMAT_FLOAT: `[[0.1, ...], [...]]`, one array per token (TEI's /embed_all, the multi-vector
-  `embedding` of /v1/embeddings);
-- FORMAT_BASE64: the row's [n, dim] float32 matrix, row-major, little-endian, base64 (the client
-  reshapes it with the model's `multi_vector_dim`, or the count of `token_ids`);
-- FORMAT_RAW: those bytes as they are (the in-process Engine).
-The token ids each vector belongs to become a JSON array beside the payload.
+Their vectors are rendered by vector_render.render_token_rows (float: `[[0.1, ...], [...]]`, one
+array per token; base64: the row-major [n, dim] matrix, which the client reshapes with the model's
+`multi_vector_dim` or the count of `token_ids`); the token ids each vector belongs to become a
+JSON array beside the payload.
 """
 
 from __future__ import annotations
 
-import base64
-
 import numpy as np
 import orjson
 
-from sglang.srt.wire.io_struct import FORMAT_BASE64, FORMAT_RAW, BatchEmbeddingOutput
+from sglang.srt.wire.io_struct import BatchEmbeddingOutput
 
 
 def token_row(out: BatchEmbeddingOutput, i: int) -> tuple[np.ndarray, np.ndarray]:
@@ -25,17 +21,6 @@ def token_row(out: BatchEmbeddingOutput, i: int) -> tuple[np.ndarray, np.ndarray
     ids = out.token_ids[lo:hi]
     values = out.token_values[vlo:vhi]
     return values.reshape(len(ids), -1) if len(ids) else values.reshape(0, 0), ids
-
-
-def render_token_row(vectors: np.ndarray, fmt: str) -> bytes:
-    vectors = np.ascontiguousarray(vectors, dtype="<f4")
-    if fmt == FORMAT_BASE64:
-        return b'"' + base64.b64encode(vectors.tobytes()) + b'"'
-    if fmt == FORMAT_RAW:
-        return vectors.tobytes()
-    if vectors.size == 0:
-        return b"[]"
-    return orjson.dumps(vectors, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def render_token_ids(ids: np.ndarray) -> bytes:

@@ -19,6 +19,7 @@ import numpy as np
 
 from sglang.srt.errors import QUEUE_FULL_MESSAGE, REQUEST_TIMEOUT_MESSAGE, ErrorKind
 from sglang.srt.model_executor.forward_io import ForwardFn, ForwardOutput
+from sglang.srt.scheduler.chunk_merge import ChunkMerger
 from sglang.srt.scheduler.schedule_policy import BatchBudget, next_batch
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.tracing import Tracing
@@ -52,17 +53,20 @@ class Scheduler:
         self.waiting: "OrderedDict[str, TokenizedEmbeddingReqInput]" = OrderedDict()
         self.last_batch_size = 0  # the hold window waits for about this many inputs (schedule_policy)
         self.tracing = tracing or Tracing()  # disabled unless --enable-trace
+        self.chunks = ChunkMerger()  # long inputs queued as their chunks (--max-embed-len)
 
     # ----- input -----
     def add_requests(self, reqs: list[TokenizedEmbeddingReqInput]) -> Optional[BatchEmbeddingOutput]:
         """Queue requests; those beyond --max-queue-size are refused at once (QUEUE_FULL, returned)."""
         room = self.max_queue_size - len(self.waiting)
-        accepted = reqs if room >= len(reqs) else []
+        queued = self.chunks.expand(reqs)  # a chunked input takes a place per chunk
+        accepted = queued if room >= len(queued) else []
         # All inputs of one HTTP request share its fate: a partial refusal would be useless to the client.
         for req in accepted:
             self.waiting[req.rid] = req
         rejected = reqs if not accepted else []
         if rejected:
+            self.chunks.forget(rejected)
             if self.tracing.enabled:
                 trace_refused(self.tracing, rejected, self.clock(), "queue full")
             logger.debug(
@@ -75,6 +79,7 @@ class Scheduler:
         return None
 
     def abort(self, rids: list[str]) -> int:
+        rids = self.chunks.with_chunks(rids)
         removed = [req for req in (self.waiting.pop(rid, None) for rid in rids) if req is not None]
         if removed:
             logger.debug("aborted %d queued inputs", len(removed), extra=self._log_extra(removed))
@@ -108,6 +113,7 @@ class Scheduler:
                 REQUEST_TIMEOUT_MESSAGE,
             )
             out.queue_times = [max(0.0, now - r.arrival_time) for r in expired]
+            out = self.chunks.finish(out, self.waiting)
             return out, (0.0 if self.waiting else None)
         decision = next_batch(self.waiting.values(), self.budget, now, self.last_batch_size)
         if decision.take == 0:
@@ -118,7 +124,7 @@ class Scheduler:
             return None, wait
         batch = [self.waiting.popitem(last=False)[1] for _ in range(decision.take)]
         self.last_batch_size = len(batch)
-        out = self.run_batch(batch)
+        out = self.chunks.finish(self.run_batch(batch), self.waiting)  # chunk rows -> their input's row
         return out, (0.0 if self.waiting else None)
 
     def _pop_expired(self, now: float) -> list[TokenizedEmbeddingReqInput]:
@@ -179,8 +185,7 @@ class Scheduler:
             worker_ids=[r.worker_id for r in reqs],
             embeddings=np.ascontiguousarray(out.embeddings, dtype=np.float32),
             prompt_tokens=[r.num_tokens for r in reqs],
-            dimensions=[r.dimensions for r in reqs],
-            encoding_formats=[r.encoding_format for r in reqs],
+            outputs=[r.output for r in reqs],
             error_codes=[0] * n,
             error_messages=[None] * n,
             queue_times=[max(0.0, start - r.arrival_time) for r in reqs],
@@ -194,10 +199,6 @@ class Scheduler:
             token_ids=out.token_ids,
             token_offsets=out.token_offsets,
             token_value_offsets=out.token_value_offsets,
-            token_outputs=[r.token_output for r in reqs] if out.token_offsets is not None else None,
-            normalize=[r.normalize for r in reqs],
-            embed_dtypes=[r.embed_dtype for r in reqs],
-            endianness=[r.endianness for r in reqs],
             trace_contexts=trace_contexts(reqs) if self.tracing.enabled else None,
             batch_id=batch_id,
         )

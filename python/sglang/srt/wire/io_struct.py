@@ -11,26 +11,30 @@ The links:
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 
 from sglang.srt.errors import ErrorKind
 from sglang.srt.wire.msgcodec import message
+from sglang.srt.wire.output_spec import BYTE_ORDERS, DTYPES, OutputSpec, Task
 
-# Output formats the detokenizer renders.
+# A request's `encoding_format` (frontend/output_options.output_spec turns it into a Format).
 FORMAT_FLOAT = "float"  # JSON array of numbers
 FORMAT_BASE64 = "base64"  # little-endian float32, base64 (what the openai client asks for)
-FORMAT_RAW = "raw"  # float32 bytes, for the in-process Engine
+FORMAT_RAW = "raw"  # the numbers as a float32 array, for a route that computes on them (Format.ARRAY)
+FORMAT_BYTES = "bytes"  # vLLM's binary response: the values' bytes as the body, a `metadata` header
+FORMAT_BYTES_ONLY = "bytes_only"  # the same body without the header
 ENCODING_FORMATS = (FORMAT_FLOAT, FORMAT_BASE64)
+BINARY_FORMATS = (FORMAT_BYTES, FORMAT_BYTES_ONLY)
 # Sparse outputs ({token_id: weight}); asking for one of these runs the sparse head.
 FORMAT_SPARSE_DICT = "sparse_dict"  # JSON object {"<token id>": weight} (SGLang's /v1/embeddings)
 FORMAT_SPARSE_TEI = "sparse_tei"  # JSON [{"index": id, "value": w}] (TEI's /embed_sparse)
 FORMAT_SPARSE_TEI_TEXT = "sparse_tei_text"  # the same plus "text": the token's vocabulary string
 SPARSE_FORMATS = (FORMAT_SPARSE_DICT, FORMAT_SPARSE_TEI, FORMAT_SPARSE_TEI_TEXT)
 # base64 / raw payloads may carry another element type and byte order (vLLM's embed_dtype, endianness).
-EMBED_DTYPES = ("float32", "float16", "bfloat16")
-ENDIANNESS = ("little", "big")
+EMBED_DTYPES = DTYPES
+ENDIANNESS = BYTE_ORDERS
 TRUNCATION_SIDES = ("left", "right")
 
 
@@ -100,8 +104,8 @@ class TokenizedEmbeddingReqInput:
     worker_id: int
     input_ids: np.ndarray  # int32 [n]
     token_type_ids: Optional[np.ndarray] = None  # int32 [n], BERT-style pairs
-    dimensions: Optional[int] = None
-    encoding_format: str = FORMAT_FLOAT
+    # What the answer looks like, resolved by the front end (the scheduler reads only its task).
+    output: OutputSpec = field(default_factory=OutputSpec)
     arrival_time: float = 0.0  # time.monotonic() when tokenized (same clock in every process)
     # Images (Qwen2-VL), filled by frontend/multimodal/ for an input that has one:
     pixel_values: Optional[np.ndarray] = None  # float32 [patches, C * T * P * P]
@@ -111,11 +115,10 @@ class TokenizedEmbeddingReqInput:
     # number of leading tokens that are keys (None: all of them).
     token_output: Optional[str] = None
     key_len: Optional[int] = None
-    # Output options: L2-normalize the vector (None: as the checkpoint says; the runner reads it),
-    # and the element type and byte order of base64 / raw payloads (the detokenizer reads them).
-    normalize: Optional[bool] = None
-    embed_dtype: str = "float32"
-    endianness: str = "little"
+    # A long input cut into chunks (--max-embed-len, frontend/chunking.py): input_ids holds them end
+    # to end, this their lengths (int32 [k]); the scheduler runs each and answers with their
+    # token-weighted mean (scheduler/chunk_merge.py). None: one sequence.
+    chunk_lens: Optional[np.ndarray] = None
     # W3C traceparent of the request's span when tracing is on (utils/tracing.py); None: untraced.
     trace_context: Optional[str] = None
 
@@ -125,7 +128,7 @@ class TokenizedEmbeddingReqInput:
 
     @property
     def is_sparse(self) -> bool:
-        return self.encoding_format in SPARSE_FORMATS
+        return self.output.task is Task.SPARSE
 
 
 @message
@@ -147,16 +150,16 @@ class AbortReq:
 class BatchEmbeddingOutput:
     """Column-wise results of one forward pass (plus any requests rejected without one).
 
-    `embeddings` holds one float32 row per rid; rows of failed rids are zeros and carry an
-    `error_codes` entry other than 0 (an errors.ErrorKind) with the message beside it.
+    `embeddings` holds one float32 row per rid, as pooled (the renderer cuts and normalizes it
+    as the row's OutputSpec says); rows of failed rids are zeros and carry an `error_codes` entry
+    other than 0 (an errors.ErrorKind) with the message beside it.
     """
 
     rids: list[str]
     worker_ids: list[int]
     embeddings: np.ndarray  # float32 [n, dim]
     prompt_tokens: list[int]
-    dimensions: list[Optional[int]]
-    encoding_formats: list[str]
+    outputs: list[OutputSpec]  # per row: its input's output options
     error_codes: list[int]
     error_messages: list[Optional[str]]
     queue_times: list[float]  # seconds waiting before the forward began
@@ -166,8 +169,8 @@ class BatchEmbeddingOutput:
     batch_size: int = 0
     batch_tokens: int = 0
     # Sparse rows: row i owns entries sparse_offsets[i]:sparse_offsets[i + 1] of the concatenated
-    # token ids and weights; only rows with a SPARSE_FORMATS format are rendered from them. None: no
-    # request of the batch asked for a sparse format.
+    # token ids and weights; only Task.SPARSE rows are rendered from them. None: no input of the
+    # batch asked for sparse weights.
     sparse_indices: Optional[np.ndarray] = None  # int32 [N]
     sparse_values: Optional[np.ndarray] = None  # float32 [N]
     sparse_offsets: Optional[np.ndarray] = None  # int64 [n + 1]
@@ -178,11 +181,6 @@ class BatchEmbeddingOutput:
     token_ids: Optional[np.ndarray] = None  # int32 [N]
     token_offsets: Optional[np.ndarray] = None  # int64 [n + 1]
     token_value_offsets: Optional[np.ndarray] = None  # int64 [n + 1]
-    token_outputs: Optional[list[Optional[str]]] = None  # per row: its per-token kind, or None
-    # Per row, the request's output options (TokenizedEmbeddingReqInput's); None: all defaults.
-    normalize: Optional[list[Optional[bool]]] = None
-    embed_dtypes: Optional[list[str]] = None
-    endianness: Optional[list[str]] = None
     # Per row: the request's traceparent, for the detokenizer's render spans. None: nothing traced.
     trace_contexts: Optional[list[Optional[str]]] = None
     # The forward pass's id (request_tracing.new_batch_id) when tracing is on: its spans and log lines.
@@ -196,8 +194,7 @@ class BatchEmbeddingOutput:
             worker_ids=[r.worker_id for r in reqs],
             embeddings=np.zeros((n, 0), dtype=np.float32),
             prompt_tokens=[r.num_tokens for r in reqs],
-            dimensions=[r.dimensions for r in reqs],
-            encoding_formats=[r.encoding_format for r in reqs],
+            outputs=[r.output for r in reqs],
             error_codes=[int(kind)] * n,
             error_messages=[msg] * n,
             queue_times=[0.0] * n,
@@ -207,10 +204,11 @@ class BatchEmbeddingOutput:
 @message
 @dataclass
 class BatchEmbeddingResult:
-    """Rendered results for one tokenizer worker: each payload is a ready JSON value (bytes)."""
+    """Rendered results for one tokenizer worker: each payload is a ready JSON value or bare bytes
+    (bytes), or for Format.ARRAY rows the numbers as a float32 array ([n] or per-token [tokens, dim])."""
 
     rids: list[str]
-    payloads: list[bytes]
+    payloads: list[Union[bytes, np.ndarray]]
     prompt_tokens: list[int]
     error_codes: list[int]
     error_messages: list[Optional[str]]

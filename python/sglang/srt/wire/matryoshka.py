@@ -1,11 +1,13 @@
-"""Which `dimensions` a request may ask for: one check for the HTTP API and Engine.encode alike.
-
-The vector itself is cut and re-normalized by the detokenizer (detokenizer_manager.shape_vector).
+"""Matryoshka rules: which `dimensions` a request may ask for (one check for the HTTP API and
+Engine.encode alike), and how a vector is cut and normalized (`shape_rows`: the renderer's, and
+ModelRunner.embed's for tests and benchmarks).
 """
 
 from __future__ import annotations
 
 from typing import Optional
+
+import numpy as np
 
 from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.errors import EmbeddingError, ErrorKind
@@ -52,3 +54,19 @@ def validate_dimensions(dimensions: Optional[int], model_info: ModelInfo, model_
             f"dimensions {dimensions} would lead to poor results.",
             param="dimensions",
         )
+
+
+NORM_EPS = 1e-12  # torch.nn.functional.normalize's floor on the norm: a zero row stays zero
+
+
+def shape_rows(rows: np.ndarray, dimensions: Optional[int], normalize: bool) -> np.ndarray:
+    """float32 rows [..., dim]: the first `dimensions` values of each (None: all), then each
+    L2-normalized when `normalize` (a cut of a normalized vector is normalized again, as
+    sentence-transformers' truncate_dim with normalize_embeddings does)."""
+    rows = np.asarray(rows, dtype=np.float32)
+    if dimensions is not None and dimensions < rows.shape[-1]:
+        rows = rows[..., :dimensions]
+    if normalize and rows.size:
+        norms = np.linalg.norm(rows, axis=-1, keepdims=True)
+        rows = rows / np.maximum(norms, np.float32(NORM_EPS))
+    return rows

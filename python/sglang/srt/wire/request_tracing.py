@@ -91,7 +91,7 @@ def trace_render(tracing: Tracing, out: BatchEmbeddingOutput, start: float, end:
     if not out.trace_contexts:
         return
     for tp, rows in group_by_trace(out.trace_contexts).items():
-        formats = sorted({out.encoding_formats[i] for i in rows})
+        formats = sorted({out.outputs[i].format.value for i in rows})
         attrs = {"sglang.inputs": len(rows), "sglang.encoding_format": ",".join(formats)}
         if out.batch_id is not None:
             attrs["sglang.batch.id"] = out.batch_id

@@ -29,7 +29,7 @@ from sglang.srt.frontend.http.error_styles import ErrorStyles, tei_style
 from sglang.srt.frontend.http.http_errors import CLIENT_CLOSED, HTTP_STATUS, HttpError
 from sglang.srt.frontend.http.json_body import JsonBodyRoute
 from sglang.srt.frontend.http.middleware import UNMATCHED_ROUTE, ServerLifecycle, install_middleware, request_info
-from sglang.srt.frontend.http.response_parts import Parts, PartsResponse
+from sglang.srt.frontend.http.response_parts import BinaryParts, Parts, PartsResponse
 from sglang.srt.frontend.http.trace_middleware import TraceRequests
 from sglang.srt.frontend.http.uvicorn_server import on_loop
 from sglang.srt.frontend.openai.protocol import EmbeddingRequest, ErrorResponse, ModelList
@@ -64,6 +64,8 @@ _TEI_ERRORS = {422: {"description": "TEI error: {error, error_type}"}}
 
 
 def json_response(body: bytes | dict | Parts, status: int = 200, headers: Optional[dict] = None) -> Response:
+    if isinstance(body, BinaryParts):  # vLLM's binary embeddings: raw bytes, described by their own headers
+        return PartsResponse(body, status, {**(headers or {}), **body.headers}, media_type=body.media_type)
     if isinstance(body, Parts):  # a large answer's parts, sent as they are (frontend/http/response_parts.py)
         return PartsResponse(body, status, headers)
     content = body if isinstance(body, bytes) else orjson.dumps(body)

@@ -24,6 +24,16 @@ class Parts(list):
     """A JSON body as its parts in order (a type of its own: a plain list is a JSON value to dump)."""
 
 
+class BinaryParts(Parts):
+    """A binary body (vLLM's `bytes` responses) as its parts, with the headers that describe it."""
+
+    media_type = "application/octet-stream"
+
+    def __init__(self, parts: Iterable[bytes] = (), headers: Optional[Mapping[str, str]] = None) -> None:
+        super().__init__(parts)
+        self.headers = dict(headers or {})
+
+
 Body = Union[bytes, Parts]  # what a route's render returns
 COALESCE_BYTES = 256 * 1024  # parts smaller than this are joined with their neighbours into one write
 TRIM_AFTER_BYTES = 8 * 1024 * 1024  # after an answer this large, free heap pages go back to the system

@@ -84,7 +84,9 @@ class EmbeddingRequest(BaseModel):
     encoding_format: StrictStr = Field(
         "float",
         description="`float`: JSON numbers. `base64`: the vector's bytes (little-endian float32 unless "
-        "`embed_dtype` / `endianness` say otherwise), base64-encoded.",
+        "`embed_dtype` / `endianness` say otherwise), base64-encoded. vLLM's `bytes`: those bytes of every "
+        "input, concatenated, as an application/octet-stream body with a JSON `metadata` header; "
+        "`bytes_only`: the same body without the header (docs/migrating.md).",
     )
     dimensions: Optional[StrictInt] = Field(None, description="Matryoshka output width (models that support it).")
     user: Optional[str] = Field(None, description="Accepted and ignored.")
@@ -109,11 +111,14 @@ class EmbeddingRequest(BaseModel):
     normalize: Optional[StrictBool] = Field(
         None, description="false: the raw pooled vector (default: as the checkpoint's sentence-transformers files say)."
     )
+    use_activation: Optional[StrictBool] = Field(
+        None, description="vLLM's newer name for `normalize` (both given and different: 400)."
+    )
     embed_dtype: Optional[StrictStr] = Field(
-        None, description="vLLM: element type of base64 vectors: float32 (default), float16, bfloat16."
+        None, description="vLLM: element type of base64 / bytes vectors: float32 (default), float16, bfloat16."
     )
     endianness: Optional[StrictStr] = Field(
-        None, description="vLLM: byte order of base64 vectors: native (default, little on x86/ARM), little, big."
+        None, description="vLLM: byte order of base64 / bytes vectors: native (default: little on x86/ARM), little, big"
     )
     add_special_tokens: StrictBool = Field(
         True,

@@ -14,11 +14,13 @@ import orjson
 
 from sglang.srt.configs.model_info import ModelInfo, OutputKind
 from sglang.srt.errors import EmbeddingError, ErrorKind
+from sglang.srt.frontend.binary_response import binary_body, request_id
 from sglang.srt.frontend.embed_options import (
     ENDIANNESS_VALUES,
     check_choice,
     check_encoding_format,
     refuse_unsupported,
+    resolve_use_activation,
     set_output,
     set_prompt,
     set_truncation_tei,
@@ -33,6 +35,7 @@ from sglang.srt.frontend.openai.protocol import EmbeddingRequest
 from sglang.srt.frontend.openai.serving_base import OpenAIServingBase
 from sglang.srt.frontend.tokenizer_manager import EmbeddingResult, payload_to_array
 from sglang.srt.wire.io_struct import (
+    BINARY_FORMATS,
     EMBED_DTYPES,
     FORMAT_BASE64,
     FORMAT_RAW,
@@ -125,9 +128,11 @@ def refuse_set(request, options: dict, why: str) -> None:
 
 
 def check_embedding_request(request: EmbeddingRequest, model_info: ModelInfo, model_name: str) -> None:
-    """Every check of an OpenAI-style embeddings body that needs no tokenizing."""
+    """Every check of an OpenAI-style embeddings body that needs no tokenizing (`use_activation`
+    becomes `normalize` here)."""
     refuse_unsupported(request.model_extra or {})
-    check_encoding_format(request.encoding_format)
+    resolve_use_activation(request)
+    check_encoding_format(request.encoding_format, binary=True)
     check_choice(request.modality, ("text", "image"), "modality")
     validate_dimensions(request.dimensions, model_info, model_name)
     types = check_embedding_types(request.embedding_types)
@@ -135,13 +140,33 @@ def check_embedding_request(request: EmbeddingRequest, model_info: ModelInfo, mo
         raise EmbeddingError(
             ErrorKind.INVALID_REQUEST, "embedding_types needs a dense embedding model.", param="embedding_types"
         )
+    check_binary_applies(request, model_info)
     check_output_applies(request, model_info)
+
+
+def check_binary_applies(request: EmbeddingRequest, model_info: ModelInfo) -> None:
+    """vLLM's `bytes` / `bytes_only` carry float vectors: not sparse weights, not `embedding_types`."""
+    if request.encoding_format not in BINARY_FORMATS:
+        return
+    if request.embedding_types is not None:
+        raise EmbeddingError(
+            ErrorKind.INVALID_REQUEST,
+            f"encoding_format '{request.encoding_format}' and `embedding_types` are two answer shapes; send one.",
+            param="encoding_format",
+        )
+    if model_info.embeddings_output is OutputKind.SPARSE:
+        raise EmbeddingError(
+            ErrorKind.INVALID_REQUEST,
+            f"encoding_format '{request.encoding_format}' is not available for sparse embeddings; use 'float' "
+            "({token_id: weight} objects).",
+            param="encoding_format",
+        )
 
 
 def check_output_applies(request: EmbeddingRequest, model_info: ModelInfo) -> None:
     """400 naming an output option this request's answer would not honour: `normalize` on logits or
-    sparse weights; `embed_dtype` / `endianness` anywhere but base64 vectors (float JSON numbers are
-    always float32 values; `embedding_types` are computed from float32)."""
+    sparse weights; `embed_dtype` / `endianness` anywhere but base64 and bytes vectors (float JSON
+    numbers are always float32 values; `embedding_types` are computed from float32)."""
     check_choice(request.embed_dtype, EMBED_DTYPES, "embed_dtype")  # a bad value is named as such first
     check_choice(request.endianness, ENDIANNESS_VALUES, "endianness")
     kind = model_info.embeddings_output
@@ -151,8 +176,8 @@ def check_output_applies(request: EmbeddingRequest, model_info: ModelInfo) -> No
             f"`normalize` applies to embedding vectors; this model answers {kind.value} output.",
             param="normalize",
         )
-    base64 = request.encoding_format == FORMAT_BASE64 and request.embedding_types is None
-    if base64 and kind is not OutputKind.SPARSE:
+    packed = request.encoding_format in (FORMAT_BASE64, *BINARY_FORMATS) and request.embedding_types is None
+    if packed and kind is not OutputKind.SPARSE:
         return
     for name, value, defaults in (
         ("embed_dtype", request.embed_dtype, (None, "float32")),
@@ -161,7 +186,8 @@ def check_output_applies(request: EmbeddingRequest, model_info: ModelInfo) -> No
         if value not in defaults:
             raise EmbeddingError(
                 ErrorKind.INVALID_REQUEST,
-                f'`{name}` applies to base64 vectors (`encoding_format: "base64"` without `embedding_types`).',
+                f'`{name}` applies to base64 and bytes vectors (`encoding_format: "base64"`, "bytes" or '
+                '"bytes_only", without `embedding_types`).',
                 param=name,
             )
 
@@ -215,6 +241,15 @@ class OpenAIServingEmbedding(ChatForm, OpenAIServingBase[EmbeddingRequest]):
         return embedding_request_input(request, self.tm.model_info, self.served_model_name)
 
     def render(self, request: EmbeddingRequest, result: EmbeddingResult, rid: Optional[str]) -> Body:
+        if request.encoding_format in BINARY_FORMATS:
+            return binary_body(
+                result,
+                self.served_model_name,
+                request.encoding_format,
+                request.embed_dtype,
+                request.endianness,
+                request_id("embd", rid),
+            )
         if request.embedding_types is not None:
             return render_by_type(result, self.served_model_name, check_embedding_types(request.embedding_types))
         return render_response(result, self.served_model_name)

@@ -1,8 +1,9 @@
 """POST /pooling as vLLM answers it.
 
 Without `task`, vLLM picks `token_embed` where the model supports it: one vector per token in
-`data[i].data` (vllm/token_embed.py, from the hidden states /embed_all serves; on a model with a
-ColBERT head, that head's vectors, as /v1/embeddings' `multi_vector` answers them). `embed` returns
+`data[i].data` (the hidden states /embed_all serves, each cut to `dimensions` and L2-normalized
+unless `normalize: false`, as vLLM's token-embedding head makes them, by the renderer; on a model
+with a ColBERT head, that head's vectors, as /v1/embeddings' `multi_vector` answers them). `embed` returns
 each input's vector (with every /v1/embeddings option); `classify` (the default for a classifier,
 which has no per-token head here) the class probabilities. token_classify and plugins are refused
 by name.
@@ -19,6 +20,7 @@ import numpy as np
 import orjson
 
 from sglang.srt.configs.model_info import Capability, ModelInfo, OutputKind
+from sglang.srt.frontend.binary_response import binary_body, request_id
 from sglang.srt.frontend.embed_options import invalid
 from sglang.srt.frontend.http.response_parts import Parts
 from sglang.srt.frontend.openai.chat_request import ChatForm
@@ -33,13 +35,17 @@ from sglang.srt.frontend.openai.serving_embedding import (
 )
 from sglang.srt.frontend.tokenizer_manager import EmbeddingResult, payload_to_array
 from sglang.srt.frontend.vllm.protocol import PoolingRequest
-from sglang.srt.frontend.vllm.token_embed import render_rows, shape_rows, token_rows
-from sglang.srt.wire.io_struct import FORMAT_RAW, EmbeddingReqInput
+from sglang.srt.wire.io_struct import BINARY_FORMATS, FORMAT_RAW, EmbeddingReqInput
 from sglang.srt.wire.token_kinds import TOKENS_HIDDEN
 
 TASKS = ("embed", "classify", "token_embed")
 # Options of the embedding body that class probabilities do not take, with their unset values.
-CLASSIFY_IGNORES = {"normalize": None, "embed_dtype": None, "endianness": None}
+CLASSIFY_IGNORES = {
+    "normalize": None,
+    "use_activation": None,
+    "embed_dtype": None,
+    "endianness": None,
+}
 # ... and that per-token hidden states do not take.
 TOKEN_EMBED_IGNORES = {"multi_vector": None}
 
@@ -80,6 +86,10 @@ class VllmServingPooling(ChatForm, OpenAIServingBase[PoolingRequest]):
                 raise invalid("dimensions is currently not supported", "dimensions")
             why = "task classify answers class probabilities"
             refuse_set(request, CLASSIFY_IGNORES, why)
+            if request.encoding_format in BINARY_FORMATS:
+                raise invalid(
+                    f"encoding_format '{request.encoding_format}' does not apply here: {why}.", "encoding_format"
+                )
 
     def token_view(self) -> ModelInfo:
         """The model as token_embed sees it: dense float rows, whatever its pooled output is (sparse
@@ -100,19 +110,25 @@ class VllmServingPooling(ChatForm, OpenAIServingBase[PoolingRequest]):
                     info, self.served_model_name, True, request.input_type, request.dimensions
                 )
                 req.encoding_format = request.encoding_format
-            else:  # raw float32 hidden states; dimensions and normalize are applied per row in render
-                req.token_output, req.encoding_format, req.dimensions = TOKENS_HIDDEN, FORMAT_RAW, None
-                req.response_format = request.encoding_format  # sized as answered (--max-response-bytes)
+            else:  # hidden states, each row cut and normalized (vLLM's default: normalized) by the renderer
+                req.token_output, req.normalize = TOKENS_HIDDEN, request.normalize is not False
         return req
 
     def render(self, request: PoolingRequest, result: EmbeddingResult, rid: Optional[str]) -> Parts:
         task = self.task(request)
+        if request.encoding_format in BINARY_FORMATS:  # embed / token_embed rows as vLLM's bytes body
+            return binary_body(
+                result,
+                self.served_model_name,
+                request.encoding_format,
+                request.embed_dtype,
+                request.endianness,
+                request_id("pool", rid),
+            )
         if task == "classify":
             info = self.tm.model_info
             rows = [probabilities(payload_to_array(p).astype(np.float64), info.problem_type) for p in result.payloads]
             payloads = [orjson.dumps(r.tolist()) for r in rows]
-        elif task == "token_embed" and Capability.MULTI_VECTOR not in self.tm.model_info.capabilities:
-            payloads = self.token_payloads(request, result)
         else:
             payloads = result.payloads
         tokens = sum(result.prompt_tokens)
@@ -130,17 +146,3 @@ class VllmServingPooling(ChatForm, OpenAIServingBase[PoolingRequest]):
             parts += [b'%s{"index":%d,"object":"pooling","data":' % (b"," if i else b"", i), p, b"}"]
         parts.append(b"]" + tail)
         return parts
-
-    def token_payloads(self, request: PoolingRequest, result: EmbeddingResult) -> list[bytes]:
-        ids = result.token_ids or [None] * len(result.payloads)
-        normalize = request.normalize is not False  # vLLM normalizes token_embed rows by default
-        width = self.tm.model_info.hidden_size
-        return [
-            render_rows(
-                shape_rows(token_rows(p, t, width), request.dimensions, normalize),
-                request.encoding_format,
-                request.embed_dtype,
-                request.endianness,
-            )
-            for p, t in zip(result.payloads, ids)
-        ]
