@@ -7,6 +7,8 @@ import time
 
 import requests
 
+from test.helpers.waiting import wait_until
+
 
 class KillLoad:
     """`n` closed-loop clients posting `payload(i)` to /v1/embeddings, one connection each (so every
@@ -20,6 +22,7 @@ class KillLoad:
         self.results: list[tuple[float, float, object]] = []
         self.stop = threading.Event()
         self.kill_time: list[float] = []
+        self.answered = [0] * n  # answers per client
         self.threads = [threading.Thread(target=self._client, args=(i,)) for i in range(n)]
 
     def _client(self, i: int) -> None:
@@ -32,12 +35,17 @@ class KillLoad:
                 except requests.RequestException as e:
                     outcome = type(e).__name__
                 self.results.append((t0, time.monotonic(), outcome))
+                self.answered[i] += 1
                 if self.kill_time and t0 > self.kill_time[0] + 0.5:
                     return
 
     def start(self) -> None:
         for t in self.threads:
             t.start()
+
+    def wait_running(self, timeout: float = 60.0) -> None:
+        """Return once every client has had an answer, so each has its next request in flight."""
+        assert wait_until(lambda: all(self.answered), timeout), f"answers per client: {self.answered}"
 
     def mark_kill(self) -> float:
         self.kill_time.append(time.monotonic())

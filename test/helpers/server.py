@@ -12,6 +12,7 @@ import requests
 
 from sglang.srt.utils.network import get_free_port
 from sglang.srt.utils.process import set_parent_death_signal
+from test.helpers.prom import parse, value
 from test.helpers.waiting import wait_until
 
 
@@ -67,6 +68,12 @@ class ServerProcess:
         self._log.flush()
         with open(self.log_path) as f:
             return f.read()[-4000:]
+
+    def in_flight(self, headers: Optional[dict] = None) -> float:
+        """HTTP requests the server (one HTTP worker) is handling now, from /metrics, not counting
+        the scrape itself: what a test waits on before it signals or kills something mid-request."""
+        text = requests.get(self.base_url + "/metrics", headers=headers, timeout=10, **(self.tls or {})).text
+        return value(parse(text), "sglang_http_requests_in_flight") - 1
 
     def children(self) -> list[int]:
         """PIDs of every process in the server's session except the server itself."""

@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -69,7 +70,7 @@ def test_detokenizer_death_fails_every_request_with_503_and_exits_1():
     load.start()
     probe.start()
     try:
-        time.sleep(1.5)
+        load.wait_running()
         victim = _by_name(s, "sglang-detok")
         k = load.mark_kill()
         os.kill(victim, signal.SIGKILL)
@@ -111,10 +112,10 @@ def test_group_sigterm_drains_in_flight_requests_then_exits_0():
     try:
         with cf.ThreadPoolExecutor(8) as pool:
             futures = [pool.submit(one, i) for i in range(8)]
-            time.sleep(0.3)
+            assert wait_until(lambda: s.in_flight() >= 8, 30), "the 8 requests never were all in flight"
             sig_time = time.monotonic()
             os.killpg(s.proc.pid, signal.SIGTERM)  # like systemd: every process of the group at once
-            time.sleep(0.3)
+            assert wait_until(lambda: "finishing in-flight requests" in Path(s.log_path).read_text(), 10)  # draining
             try:
                 late = requests.post(s.base_url + "/v1/embeddings", json={"input": "late"}, timeout=5).status_code
             except requests.ConnectionError:

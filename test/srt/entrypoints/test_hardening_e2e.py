@@ -11,6 +11,7 @@ import pytest
 import requests
 
 from test.helpers.prom import parse, value
+from test.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 SECRET_TEXT = "the-secret-input-text-that-must-never-be-logged"
@@ -171,7 +172,12 @@ def test_one_json_log_line_per_request_without_input_text(hardened_server):
     rid = f"log-check-{time.time_ns()}"
     r = _post(hardened_server, {"input": [SECRET_TEXT, "second"]}, headers={"x-request-id": rid})
     assert r.status_code == 200
-    time.sleep(0.3)
+
+    def logged() -> bool:  # its line is written whole (the text after the last newline may be partial)
+        with open(hardened_server.log_path) as f:
+            return any(rid in line for line in f.read().split("\n")[:-1])
+
+    assert wait_until(logged, 5), hardened_server.log()
     with open(hardened_server.log_path) as f:
         lines = f.read().splitlines()
     records = [json.loads(line) for line in lines if line.startswith("{")]

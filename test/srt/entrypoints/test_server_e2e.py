@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import os
 import signal
-import time
 
 import numpy as np
 import pytest
@@ -168,16 +167,13 @@ def test_health_fails_and_server_exits_when_scheduler_dies():
     rss = {p: int(open(f"/proc/{p}/statm").read().split()[1]) for p in s.children()}
     victim = max(rss, key=rss.get)
     os.kill(victim, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    status = None
-    while time.monotonic() < deadline:
+
+    def unhealthy() -> bool:
         try:
-            status = requests.get(s.base_url + "/health", timeout=1).status_code
+            return requests.get(s.base_url + "/health", timeout=1).status_code != 200
         except requests.ConnectionError:
-            status = "down"
-        if status != 200:
-            break
-        time.sleep(0.1)
-    assert status != 200
+            return True  # down
+
+    assert wait_until(unhealthy, 10, interval=0.1)
     assert s.proc.wait(15) == 1
     s.stop()
