@@ -91,3 +91,30 @@ def test_bare_token_ids_are_sliced(hf_tokenizer):
     ((ids, _),) = tok.tokenize(req)
     cut, lens = tok.split(ids, req)
     assert lens.tolist() == [256, 256, 88] and cut.tolist() == ids.tolist()
+
+
+def test_tokenizer_manager_sends_a_long_input_as_one_chunked_input(harness, hf_tokenizer):
+    """One input, one rid, one replica: its chunks end to end with their lengths; a cancel aborts that rid."""
+    import asyncio
+
+    from sglang.srt.frontend.tokenizer_manager import TokenizerManager
+    from sglang.srt.wire.io_struct import AbortReq, BatchTokenizedEmbeddingReqInput
+    from test.helpers.zmq_peer import next_message
+
+    port_args, ctx, sched = harness
+
+    async def scenario():
+        tm = TokenizerManager(ServerArgs(max_embed_len=2000), port_args, make_model_info(), tokenizer=hf_tokenizer)
+        tm.start()
+        task = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=[LONG, "short"])))
+        msg = await next_message(sched)
+        assert isinstance(msg, BatchTokenizedEmbeddingReqInput) and len(msg.reqs) == 2
+        long, short = msg.reqs
+        assert short.chunk_lens is None
+        assert int(long.chunk_lens.sum()) == long.num_tokens and max(long.chunk_lens) == 256
+        task.cancel()
+        abort = await next_message(sched)
+        assert isinstance(abort, AbortReq) and sorted(abort.rids) == sorted([long.rid, short.rid])
+        await tm.close()
+
+    asyncio.run(scenario())
