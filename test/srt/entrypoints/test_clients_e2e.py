@@ -22,6 +22,7 @@ import requests
 from test.helpers.prom import parse, value
 from test.helpers.raw_http import exchange
 from test.helpers.server import ServerProcess
+from test.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 ARGS = (
@@ -58,6 +59,13 @@ def _metrics(s) -> dict:
     return parse(requests.get(s.base_url + "/metrics", timeout=10).text)
 
 
+def _healthy(s) -> bool:
+    try:
+        return requests.get(s.base_url + "/health", timeout=5).status_code == 200
+    except requests.ConnectionError:  # refused at the cap and closed
+        return False
+
+
 def _raw(s, data: bytes, read_timeout: float = 10.0) -> bytes:
     """Send `data` on a fresh connection, then read until the server closes it."""
     return exchange(s.port, data, timeout=read_timeout)
@@ -79,14 +87,14 @@ def test_a_lone_surrogate_anywhere_is_a_400_on_every_route(server):
 def test_partial_body_then_disconnect_is_a_499_not_a_500(server):
     """Item 6: 20 clients send half a body and hang up; nothing is counted or logged as a 500."""
     before = _metrics(server)
+    key = dict(route="/v1/embeddings")
     head = f"POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nContent-Type: application/json\r\n"
     for _ in range(20):
         with socket.create_connection(("127.0.0.1", server.port)) as sock:
             sock.sendall((head + "Content-Length: 1000\r\n\r\n").encode() + b'{"input": "half')
-            time.sleep(0.02)
-    time.sleep(0.5)
+    gone = lambda m: value(m, "sglang_http_requests_total", status="499", **key)  # noqa: E731
+    assert wait_until(lambda: gone(_metrics(server)) - gone(before) >= 20, 10)  # every hang-up is counted
     after = _metrics(server)
-    key = dict(route="/v1/embeddings")
     assert (
         value(after, "sglang_http_requests_total", status="499", **key)
         - value(before, "sglang_http_requests_total", status="499", **key)
@@ -136,7 +144,7 @@ def test_connections_beyond_the_cap_get_503_and_the_server_recovers(server):
     finally:
         for sock in socks:
             sock.close()
-    time.sleep(0.3)
+    assert wait_until(lambda: _healthy(server), 10)  # the closed connections have left the cap
     assert _post(server, "/v1/embeddings", {"input": "after the flood"}).status_code == 200
 
 
@@ -161,7 +169,7 @@ def test_health_stays_fast_while_clients_send_megabytes_of_token_ids(server):
         t.start()
     lat = []
     try:
-        time.sleep(0.5)
+        assert wait_until(lambda: sent, 60)  # the senders are under way: a first body was answered
         end = time.monotonic() + 3.0
         while time.monotonic() < end:
             t0 = time.monotonic()
@@ -224,7 +232,7 @@ def test_shutdown_after_the_graceful_timeout_is_quiet(server):
     threads = [threading.Thread(target=one) for _ in range(6)]
     for t in threads:
         t.start()
-    time.sleep(0.8)
+    assert wait_until(lambda: server.in_flight() >= 6, 30)  # every request is running at the signal
     os.kill(server.proc.pid, signal.SIGTERM)
     for t in threads:
         t.join(30)
