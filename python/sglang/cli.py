@@ -55,11 +55,12 @@ def serve(argv: Sequence[str], prog: str = "sglang serve") -> int:
     try:
         argv, environ = sagemaker_mode(argv, os.environ)
         server_args = parse_serve_args(argv, environ, prog=prog)
-        from sglang.srt.configs.model_config import check_model
+        from sglang.srt.entrypoints.model_check import check_model_in_child
 
         # Model problems (unsupported architecture, missing --is-embedding, uncached hub id, ...)
-        # end start-up here, as one line, before any process is spawned or anything is logged.
-        check_model(server_args)
+        # end start-up here, as one line, before the server's processes start or anything is logged.
+        # The check runs in a child process: reading the config imports torch, which this one avoids.
+        check_model_in_child(server_args)
         from sglang.srt.entrypoints.launch import launch_server
 
         return launch_server(server_args)

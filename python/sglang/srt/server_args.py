@@ -158,6 +158,9 @@ class ServerArgs:
     model_override_args: dict = field(default_factory=dict, init=False, repr=False)
     pooling_override: Optional[str] = field(default=None, init=False)  # --pooler-config pooling_type
     normalize_override: Optional[bool] = field(default=None, init=False)  # --pooler-config normalize
+    # Filled in by the server's model check (entrypoints/model_check.py): the tokenizer class
+    # ("module:Class") AutoTokenizer picks, which processes without torch load directly.
+    tokenizer_class: Optional[str] = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.served_model_name, (list, tuple)):

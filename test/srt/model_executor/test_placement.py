@@ -8,14 +8,8 @@ import multiprocessing as mp
 import pytest
 
 from sglang.srt.errors import ConfigError
-from sglang.srt.model_executor.placement import (
-    ReplicaSlot,
-    gpu_for_replica,
-    place_replica,
-    plan_cpu_cores,
-    plan_slots,
-    replicas_sharing_gpu,
-)
+from sglang.srt.model_executor.placement import gpu_for_replica, place_replica, replicas_sharing_gpu
+from sglang.srt.model_executor.replica_slots import ReplicaSlot, plan_cpu_cores, plan_slots
 
 
 def test_cores_are_split_into_contiguous_sets_of_nearly_equal_size():

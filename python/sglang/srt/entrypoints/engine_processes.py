@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 from sglang.srt.configs.model_info import ModelInfo, ReplicaInfo
 from sglang.srt.errors import ConfigError
-from sglang.srt.model_executor.placement import plan_slots
+from sglang.srt.model_executor.replica_slots import plan_slots
 from sglang.srt.renderer.detokenizer_manager import run_detokenizer_process
 from sglang.srt.scheduler.scheduler_process import replica_name, run_scheduler_process
 from sglang.srt.server_args import ServerArgs

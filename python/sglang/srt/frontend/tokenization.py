@@ -43,7 +43,9 @@ def too_long_message(n: int, limit: int, index: Optional[int] = None) -> str:
 
 class InputTokenizer:
     def __init__(self, server_args: ServerArgs, model_info: ModelInfo, tokenizer=None) -> None:
-        self.tokenizer = tokenizer or load_tokenizer(server_args.tokenizer_path, server_args.trust_remote_code)
+        self.tokenizer = tokenizer or load_tokenizer(
+            server_args.tokenizer_path, server_args.trust_remote_code, server_args.tokenizer_class
+        )
         self._left_tokenizer = None  # a copy cutting on the left, made when a request first asks for one
         self.context_length = model_info.max_input_length
         self.vocab_size = model_info.vocab_size

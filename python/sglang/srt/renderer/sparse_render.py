@@ -25,16 +25,17 @@ class TokenTexts:
     """Token id -> vocabulary string. The tokenizer is loaded on the first call, so a detokenizer
     that never renders a `return_text` request never loads one."""
 
-    def __init__(self, tokenizer_path: str, trust_remote_code: bool) -> None:
+    def __init__(self, tokenizer_path: str, trust_remote_code: bool, tokenizer_class: Optional[str] = None) -> None:
         self.tokenizer_path = tokenizer_path
         self.trust_remote_code = trust_remote_code
+        self.tokenizer_class = tokenizer_class  # ServerArgs.tokenizer_class: loaded without torch
         self._tokenizer = None
 
     def __call__(self, ids: Sequence[int]) -> list[str]:
         if self._tokenizer is None:
             from sglang.srt.utils.hf_tokenizer import load_tokenizer
 
-            self._tokenizer = load_tokenizer(self.tokenizer_path, self.trust_remote_code)
+            self._tokenizer = load_tokenizer(self.tokenizer_path, self.trust_remote_code, self.tokenizer_class)
         return [str(t) for t in self._tokenizer.convert_ids_to_tokens(list(ids))]
 
 

@@ -16,7 +16,7 @@ import zmq
 
 from sglang.srt.errors import ConfigError
 from sglang.srt.metrics.scheduler_metrics import SchedulerMetrics
-from sglang.srt.model_executor.placement import ReplicaSlot
+from sglang.srt.model_executor.replica_slots import ReplicaSlot
 from sglang.srt.scheduler.scheduler import Scheduler
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.allocator import AllocatorPlan, SchedulerMemory

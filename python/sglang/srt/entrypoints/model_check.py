@@ -1,0 +1,60 @@
+"""The server's model check, in a short-lived child process.
+
+Reading a checkpoint's config goes through transformers' configuration module, which imports torch,
+and a process that once imported torch keeps its ~200 MB. The server process is an HTTP process
+(the only one without --tokenizer-worker-num), so it asks a child: the child runs
+configs/model_config.check_model (the one-line ConfigError of an unknown architecture, a missing
+--is-embedding, an uncached hub id, ...) and names the tokenizer class AutoTokenizer picks, which
+the torch-free processes then load directly (utils/hf_tokenizer.py, ServerArgs.tokenizer_class).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import traceback
+from multiprocessing.connection import Connection
+
+from sglang.srt.entrypoints.engine_processes import describe_exit
+from sglang.srt.errors import ConfigError
+from sglang.srt.server_args import ServerArgs
+
+
+def check_model_in_child(server_args: ServerArgs) -> None:
+    """Raise the child's ConfigError, or set `server_args.tokenizer_class` (None: load through
+    AutoTokenizer, e.g. a tokenizer with custom code or one that did not load in the check)."""
+    ctx = mp.get_context("spawn")
+    reader, writer = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_check, args=(server_args, writer), name="sglang-model-check", daemon=True)
+    proc.start()
+    writer.close()
+    try:
+        msg = reader.recv()
+    except EOFError:
+        proc.join()
+        raise ConfigError(f"The model check exited before answering ({describe_exit(proc.exitcode)})") from None
+    finally:
+        reader.close()
+    proc.join()
+    if msg["status"] != "ok":
+        raise ConfigError(msg["message"])
+    server_args.tokenizer_class = msg["tokenizer_class"]
+
+
+def _check(server_args: ServerArgs, pipe: Connection) -> None:
+    from sglang.srt.configs.model_config import check_model
+    from sglang.srt.utils.hf_tokenizer import load_tokenizer, tokenizer_class_of
+
+    try:
+        check_model(server_args)
+    except ConfigError as e:
+        pipe.send({"status": "error", "message": str(e)})
+        return
+    except Exception as e:  # unexpected: the traceback here, one line for the user
+        traceback.print_exc()
+        pipe.send({"status": "error", "message": f"{type(e).__name__}: {e}"})
+        return
+    try:
+        tokenizer = load_tokenizer(server_args.tokenizer_path, server_args.trust_remote_code)
+    except Exception:  # the HTTP process reports it when it loads the tokenizer, as without this check
+        tokenizer = None
+    pipe.send({"status": "ok", "tokenizer_class": tokenizer_class_of(tokenizer) if tokenizer is not None else None})
