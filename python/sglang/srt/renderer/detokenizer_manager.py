@@ -1,7 +1,9 @@
-"""The detokenizer: renders pooled vectors into their wire form off the HTTP event loop.
+"""The detokenizer (the renderer process): renders pooled vectors into their wire form off the
+HTTP event loop.
 
-Each payload is a finished JSON value (an array of numbers, or a base64 string), so the HTTP
-process only splices bytes together.
+Each payload is what its row's OutputSpec asks for (renderer/vector_render.py): a finished JSON
+value or bare bytes, which the HTTP process splices into the response, or a float32 array for a
+route that computes on the numbers (scores, MaxSim, cosine, quantized types).
 """
 
 from __future__ import annotations
