@@ -2,7 +2,7 @@
 
 `ForwardInput` names the fields of one tokenized input that the runner reads; the scheduler's
 message (wire/io_struct.TokenizedEmbeddingReqInput) has them, so the executor needs nothing
-from the managers. `ForwardOutput` never crosses a socket: the scheduler copies it into its
+from the scheduler's folder. `ForwardOutput` never crosses a socket: the scheduler copies it into its
 BatchEmbeddingOutput.
 """
 
