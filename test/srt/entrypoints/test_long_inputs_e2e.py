@@ -119,3 +119,13 @@ def test_many_long_inputs_at_once_all_come_back(server):
     assert got.shape == (6, 384)
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
     assert len({v.tobytes() for v in got}) == 6
+
+
+def test_two_replicas_give_the_same_vectors(server):
+    """--dp-size 2: a long input's chunks travel as one input, so they meet on one replica; the
+    inputs of one request are spread over both, and each comes back as the one replica answers it."""
+    texts = [f"{LONG} variant {i}" for i in range(4)] + [SHORT]
+    one = response_vectors(requests.post(f"{server.base_url}/v1/embeddings", json={"input": texts}, timeout=300))
+    with ServerProcess("--max-embed-len", "2000", "--dp-size", "2", "--cpu-threads", "1") as dp:
+        r = requests.post(f"{dp.base_url}/v1/embeddings", json={"input": texts}, timeout=300)
+        np.testing.assert_allclose(response_vectors(r), one, atol=1e-5)
