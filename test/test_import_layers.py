@@ -1,9 +1,12 @@
-"""The package's import layers (docs/architecture.md): every import points down, and no circle.
+"""The package's import layers and process rules (docs/architecture.md): every import points
+down, no process's folder imports another process's code, and no import circle.
 
 Reads every module under python/sglang with `ast` (nothing is imported), resolves each
 `import` / `from ... import` to the package module it names, including imports inside functions,
-and checks them against LAYERS. Imports under `if TYPE_CHECKING:` are for type hints only and may
-point anywhere. A module outside every layer fails too: a new folder needs a place in the order.
+and checks them against LAYERS and PROCESS_RULES. Imports under `if TYPE_CHECKING:` are for type
+hints only and may point anywhere, but they count for circles: two modules whose hints name each
+other are one design split in two files. A module outside every layer fails too: a new folder
+needs a place in the order.
 """
 
 from __future__ import annotations
@@ -32,6 +35,17 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("server_args", ("sglang.srt.server_args",)),
     ("ground", ("sglang.srt", "sglang.srt.errors", "sglang.srt.utils", "sglang.srt.metrics")),
 ]
+
+
+# Which process runs a folder, and the folders of other processes it must not import (at run time):
+# the HTTP process (frontend/) and the detokenizer (renderer/) never load the model's code, so they
+# stay free of torch; wire/ (messages, codec) and everything below the model code are shared.
+SCHEDULER_SIDE = ("scheduler", "model_executor", "models", "layers", "model_loader")
+PROCESS_RULES: dict[str, tuple[str, ...]] = {
+    "frontend": ("renderer", *SCHEDULER_SIDE),
+    "renderer": ("frontend", *SCHEDULER_SIDE),
+    "scheduler": ("frontend", "renderer"),
+}
 
 
 def layer_of(module: str) -> Optional[int]:
@@ -71,9 +85,15 @@ def _type_checking_nodes(tree: ast.AST) -> set[int]:
 
 def runtime_imports(module: str, path: str, known: set[str]) -> set[str]:
     """The package modules `module` imports at run time (anywhere but under `if TYPE_CHECKING:`)."""
+    return imports_of(module, path, known, type_hints=False)
+
+
+def imports_of(module: str, path: str, known: set[str], type_hints: bool = True) -> set[str]:
+    """The package modules `module` imports: at module level, inside functions and, with
+    `type_hints`, under `if TYPE_CHECKING:`."""
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read(), path)
-    skip = _type_checking_nodes(tree)
+    skip = set() if type_hints else _type_checking_nodes(tree)
     is_package = path.endswith("__init__.py")
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -99,10 +119,10 @@ def runtime_imports(module: str, path: str, known: set[str]) -> set[str]:
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(type_hints: bool = False) -> dict[str, set[str]]:
     modules = package_modules()
     known = set(modules)
-    return {m: runtime_imports(m, p, known) for m, p in modules.items()}
+    return {m: imports_of(m, p, known, type_hints) for m, p in modules.items()}
 
 
 def find_cycle(graph: dict[str, set[str]]) -> Optional[list[str]]:
@@ -132,7 +152,19 @@ def find_cycle(graph: dict[str, set[str]]) -> Optional[list[str]]:
     return None
 
 
-GRAPH = import_graph()
+GRAPH = import_graph()  # run-time imports
+FULL_GRAPH = import_graph(type_hints=True)  # ... and type hints
+
+
+def process_violations(graph: dict[str, set[str]]) -> list[str]:
+    """`module (its folder) imports target (a folder PROCESS_RULES keeps from it)`, for each such import."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        own = LAYERS[layer_of(module)][0]
+        for target in sorted(targets):
+            if LAYERS[layer_of(target)][0] in PROCESS_RULES.get(own, ()):
+                found.append(f"{module} ({own}) imports {target} ({LAYERS[layer_of(target)][0]})")
+    return found
 
 
 def test_every_module_has_a_layer():
@@ -151,9 +183,37 @@ def test_imports_point_down():
     assert not upward, "imports from a lower layer up to a higher one:\n" + "\n".join(upward)
 
 
+def test_no_process_imports_another_process_code():
+    bad = process_violations(GRAPH)
+    assert not bad, "a process's folder imports another process's code (docs/architecture.md):\n" + "\n".join(bad)
+
+
 def test_no_import_circles():
-    cycle = find_cycle(GRAPH)
+    """Counting imports inside functions and under TYPE_CHECKING: zero circles of any kind."""
+    cycle = find_cycle(FULL_GRAPH)
     assert cycle is None, "import circle: " + " -> ".join(cycle or [])
+
+
+@pytest.mark.parametrize(
+    "module, source, caught",
+    [
+        ("sglang.srt.frontend.bad", "from sglang.srt.layers import pooler\n", True),  # HTTP process -> model code
+        ("sglang.srt.frontend.bad", "def f():\n    import sglang.srt.renderer.sparse_render\n", True),
+        ("sglang.srt.renderer.bad", "from sglang.srt.model_executor.forward_io import ForwardInput\n", True),
+        ("sglang.srt.scheduler.bad", "from sglang.srt.renderer import detokenizer_manager\n", True),
+        ("sglang.srt.frontend.bad", "from sglang.srt.wire.io_struct import AbortReq\n", False),  # shared by all
+        (
+            "sglang.srt.frontend.bad",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import sglang.srt.layers\n",
+            False,
+        ),
+    ],
+)
+def test_the_process_rule_catches_a_bad_import(tmp_path, module, source, caught):
+    path = tmp_path / "bad.py"
+    path.write_text(source)
+    graph = {module: runtime_imports(module, str(path), set(GRAPH) | {module})}
+    assert bool(process_violations(graph)) is caught
 
 
 @pytest.mark.parametrize(
@@ -184,3 +244,13 @@ def test_type_checking_imports_may_point_anywhere(tmp_path):
 def test_a_circle_is_found():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_type_hints_count_for_circles(tmp_path):
+    hints = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from sglang.srt.b import B\n"
+    (tmp_path / "a.py").write_text(hints)
+    (tmp_path / "b.py").write_text("def f():\n    from sglang.srt.a import A\n")
+    known = {"sglang.srt.a", "sglang.srt.b"}
+    graph = {m: imports_of(m, str(tmp_path / f"{m[-1]}.py"), known) for m in known}
+    assert find_cycle(graph) == ["sglang.srt.a", "sglang.srt.b", "sglang.srt.a"]
+    assert find_cycle({m: runtime_imports(m, str(tmp_path / f"{m[-1]}.py"), known) for m in known}) is None

@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import Any, Optional, Protocol, Sequence
 
 import numpy as np
 import torch
 
-if TYPE_CHECKING:
-    from sglang.srt.layers.attention.base import AttentionBackend
+
+class BatchAttention(Protocol):
+    """The attention backend a batch runs on, as the batch and its layers call it
+    (layers/attention/base.AttentionBackend implements it). Named here rather than imported: the
+    backends' methods take a ForwardBatch, so the two modules would import each other."""
+
+    def init_forward_metadata(self, forward_batch: ForwardBatch) -> None: ...
+
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: Any,
+        forward_batch: ForwardBatch,
+        position_bias: Any = None,
+    ) -> torch.Tensor: ...
 
 
 @dataclass
@@ -31,7 +46,7 @@ class ForwardBatch:
     # tokens appended to a query are queries, never keys); None: every token is a key.
     key_lens: Optional[torch.Tensor] = None  # [B] int32
     key_lens_cpu: Optional[list[int]] = None
-    attn_backend: Optional["AttentionBackend"] = None
+    attn_backend: Optional[BatchAttention] = None
     attn_metadata: Any = None
     # Images (Qwen2-VL), set by model_executor/multimodal_batch.py for batches that hold any:
     pixel_values: Optional[torch.Tensor] = None  # [patches, C * T * P * P], every image of the batch
@@ -52,7 +67,7 @@ class ForwardBatch:
         token_lists: Sequence[np.ndarray],
         device: torch.device | str,
         token_type_lists: Optional[Sequence[Optional[np.ndarray]]] = None,
-        attn_backend: Optional["AttentionBackend"] = None,
+        attn_backend: Optional[BatchAttention] = None,
         key_lens: Optional[Sequence[Optional[int]]] = None,
     ) -> "ForwardBatch":
         lens = np.fromiter((len(t) for t in token_lists), dtype=np.int64, count=len(token_lists))

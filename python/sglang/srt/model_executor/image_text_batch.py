@@ -16,15 +16,13 @@ says why it matters).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import Any, Optional, Protocol, Sequence
 
 import numpy as np
 import torch
 
+from sglang.srt.model_executor.forward_batch import ForwardBatch
 from sglang.srt.model_executor.forward_io import ForwardInput
-
-if TYPE_CHECKING:
-    from sglang.srt.model_executor.model_runner import ModelRunner
 
 
 def text_padding_of(server_args, hf_config) -> tuple[int, str]:
@@ -57,8 +55,21 @@ def stack_pixels(reqs: Sequence[ForwardInput]) -> np.ndarray:
     return np.stack(arrays) if arrays[0].ndim == 3 else np.concatenate(arrays)
 
 
+class TextBatchRunner(Protocol):
+    """What ImageTextRunner uses of its ModelRunner (named here, so neither module imports the other)."""
+
+    model: Any
+    device: torch.device
+    model_config: Any
+    server_args: Any
+
+    def build_batch(self, token_lists: Sequence[np.ndarray]) -> ForwardBatch: ...
+
+    def forward(self, fb: ForwardBatch) -> torch.Tensor: ...
+
+
 class ImageTextRunner:
-    def __init__(self, runner: "ModelRunner") -> None:
+    def __init__(self, runner: TextBatchRunner) -> None:
         self.runner = runner
         self.model = runner.model
         self.pad_to: Optional[int] = getattr(self.model, "text_padding", None)
