@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import gc
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import orjson
@@ -29,7 +30,15 @@ from fastapi.routing import APIRoute
 from starlette.requests import Request
 
 LARGE_BODY_BYTES = 256 * 1024
-PARSED_BODY = "sglang.parsed_body"  # scope key: (value, body size) of a body parsed before dispatch
+PARSED_BODY = "sglang.parsed_body"  # scope key of a ParsedBody
+
+
+@dataclass(frozen=True)
+class ParsedBody:
+    """A body a dispatching route already parsed: the JSON value and the body's size in bytes."""
+
+    value: Any
+    size: int
 
 
 def json_error(exc: orjson.JSONDecodeError, body: bytes) -> RequestValidationError:
@@ -78,7 +87,7 @@ def validate_value(value: Any, field: Optional[Any]) -> Any:
 def hand_over(scope: dict, value: Any, size: int) -> None:
     """Mark a request whose body a dispatching route (/invocations) already parsed: the route it
     is handed to validates `value` without parsing the `size` bytes again."""
-    scope[PARSED_BODY] = (value, size)
+    scope[PARSED_BODY] = ParsedBody(value, size)
 
 
 class JsonBodyRoute(APIRoute):
@@ -106,10 +115,9 @@ class JsonBodyRoute(APIRoute):
         model_field = None if getattr(self, "_embed_body_fields", True) else field
 
         async def parse_then_handle(request: Request):
-            parsed = request.scope.pop(PARSED_BODY, None)
+            parsed: Optional[ParsedBody] = request.scope.pop(PARSED_BODY, None)
             if parsed is not None:  # parsed by the route that dispatched here (hand_over)
-                value, size = parsed
-                request._json = await self._run(size, validate_value, value, model_field)
+                request._json = await self._run(parsed.size, validate_value, parsed.value, model_field)
             else:
                 body = await request.body()
                 if body:
@@ -123,9 +131,9 @@ class JsonBodyRoute(APIRoute):
 async def read_json(raw: Request) -> Optional[Any]:
     """The parsed body, or None when it is not JSON. orjson, not the json module: a body nested
     thousands of levels deep is a parse error here, not a RecursionError (a 500)."""
-    parsed = raw.scope.pop(PARSED_BODY, None)
+    parsed: Optional[ParsedBody] = raw.scope.pop(PARSED_BODY, None)
     if parsed is not None:  # parsed by the route that dispatched here (hand_over)
-        return parsed[0]
+        return parsed.value
     try:
         return loads(await raw.body())
     except (orjson.JSONDecodeError, RecursionError):
