@@ -2,7 +2,7 @@
 
 __version__ = "0.1.0"
 
-__all__ = ["Engine", "__version__"]
+__all__ = ["Engine", "SentenceTransformer", "__version__"]
 
 
 def __getattr__(name: str):
@@ -11,4 +11,8 @@ def __getattr__(name: str):
         from sglang.srt.entrypoints.engine import Engine
 
         return Engine
+    if name == "SentenceTransformer":  # sentence-transformers' model object on the Engine
+        from sglang.srt.entrypoints.sentence_transformer import SentenceTransformer
+
+        return SentenceTransformer
     raise AttributeError(f"module 'sglang' has no attribute {name!r}")

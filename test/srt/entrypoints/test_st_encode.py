@@ -142,3 +142,25 @@ def test_query_and_document_prompt_names_as_sentence_transformers_5():
     assert pick_prompt_name({"passage": "p: ", "corpus": "c: "}, DOCUMENT_PROMPT_NAMES) == "passage"
     assert pick_prompt_name({"corpus": "c: "}, DOCUMENT_PROMPT_NAMES) == "corpus"
     assert pick_prompt_name({}, QUERY_PROMPT_NAMES) is None
+
+
+def test_constructor_maps_device_and_refuses_sentence_transformers_loading_options():
+    from sglang.srt.entrypoints.sentence_transformer import SentenceTransformer, _engine_device
+
+    assert _engine_device(None) == {}
+    assert _engine_device("cpu") == {"device": "cpu"}
+    assert _engine_device("cuda") == {"device": "cuda", "base_gpu_id": 0}
+    assert _engine_device("cuda:3") == {"device": "cuda", "base_gpu_id": 3}
+    for bad in ("mps", "cuda:x", "cpu:1"):
+        with pytest.raises(ValueError, match="device"):
+            _engine_device(bad)
+    # Refused before any process starts.
+    for kwargs, match in [
+        ({"modules": []}, "modules is not supported"),
+        ({"model_kwargs": {"torch_dtype": "bfloat16"}}, "model_kwargs is not supported.*dtype"),
+        ({"backend": "onnx"}, "backend 'onnx'"),
+        ({"truncate_dim": 0}, "truncate_dim"),
+        ({"device": "mps"}, "device 'mps'"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            SentenceTransformer(None, **kwargs)

@@ -68,6 +68,7 @@ class Engine:
         dimensions: Optional[int] = None,
         multi_vector: Optional[bool] = None,
         input_type: Optional[str] = None,
+        prompt_prefix: Optional[str] = None,
     ) -> Union[dict, list[dict]]:
         """Embed one input (-> dict) or a batch (-> list of dicts), like SGLang's Engine.encode.
 
@@ -80,7 +81,8 @@ class Engine:
         Multi-vector (ColBERT) models, or `multi_vector=True` on a model with such a head, give
         one vector per token: `embedding` is a list of lists and `token_ids` says whose each is
         (`input_type` "query" or "document", as on /v1/embeddings). On every model `input_type` also
-        picks the model's prompt of that name, as on /v1/embeddings (frontend/input_types.py).
+        picks the model's prompt of that name, as on /v1/embeddings (frontend/input_types.py);
+        `prompt_prefix` is a raw prefix for every text input instead ("": none, not even the default).
 
         Raises EmbeddingError for a bad input, with the same message the HTTP API would give.
         """
@@ -89,7 +91,7 @@ class Engine:
         validate_dimensions(dimensions, self.model_info, served)
         req.dimensions = dimensions
         req.token_output = multi_vector_output(self.model_info, served, multi_vector, input_type, dimensions)
-        set_prompt(req, self.model_info, input_type=input_type)  # the prompt input_type names (or the default)
+        set_prompt(req, self.model_info, prompt=prompt_prefix, input_type=input_type)  # that prompt, or the default
         sparse = self.model_info.embeddings_output is OutputKind.SPARSE and req.token_output is None
         req.encoding_format = FORMAT_SPARSE_DICT if sparse else FORMAT_RAW
         payloads, prompt_tokens, token_ids = [], [], []

@@ -1,0 +1,225 @@
+"""`sglang.SentenceTransformer`: sentence-transformers' model object, served by the Engine.
+
+For code written against `sentence_transformers.SentenceTransformer`, changing the import is the
+migration: the constructor takes the model path, `device`, `prompts`, `default_prompt_name` and
+`truncate_dim`; `encode`, `encode_query` and `encode_document` take sentence-transformers'
+arguments and return what it returns (a 2-D float32 numpy array for a list, 1-D for a string;
+tensors with `convert_to_tensor` or `convert_to_numpy=False`; int8 / uint8 / packed binary with
+`precision`). The vectors come from the Engine's own processes (tokenizer in the caller, scheduler
+and renderer as children), so `batch_size` is how many inputs go to the engine per call (and per
+progress-bar step); the scheduler still forms its own forward batches.
+
+`Engine.encode` keeps SGLang's answer (dicts with "embedding" and "meta_info"): SGLang callers and
+the Ray integration read it; this class is the sentence-transformers face of the same engine.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Optional
+
+import numpy as np
+
+from sglang.srt.configs.model_info import Capability
+from sglang.srt.configs.sentence_transformers import read_sentence_transformers_info
+from sglang.srt.entrypoints.engine import Engine
+from sglang.srt.entrypoints.st_encode import (
+    DOCUMENT_PROMPT_NAMES,
+    QUERY_PROMPT_NAMES,
+    check_arguments,
+    convert,
+    finish,
+    pick_prompt_name,
+    resolve_prompt,
+    split_inputs,
+)
+
+logger = logging.getLogger(__name__)
+
+# sentence-transformers constructor arguments that steer its own loading, and what to do instead.
+UNSUPPORTED_INIT: dict[str, str] = {
+    "modules": "the engine loads the checkpoint's modules itself; pass model_name_or_path",
+    "cache_folder": "set HF_HOME for the hub cache",
+    "token": "set HF_TOKEN for private hub models",
+    "use_auth_token": "set HF_TOKEN for private hub models",
+    "model_kwargs": "pass the engine's options instead (dtype=..., quantization=...)",
+    "processor_kwargs": "the tokenizer is the checkpoint's",
+    "tokenizer_kwargs": "the tokenizer is the checkpoint's",
+    "config_kwargs": "pass json_model_override_args='{...}'",
+    "model_card_data": "model cards are not written here",
+    "similarity_fn_name": "similarity() is not provided; compute it from the returned vectors",
+}
+
+
+def _engine_device(device: Optional[str]) -> dict[str, Any]:
+    """ServerArgs options for sentence-transformers' `device` ("cpu", "cuda", "cuda:1")."""
+    if device is None:
+        return {}
+    kind, _, index = str(device).partition(":")
+    if kind == "cpu" and not index:
+        return {"device": "cpu"}
+    if kind == "cuda" and (not index or index.isdigit()):
+        return {"device": "cuda", "base_gpu_id": int(index or 0)}
+    raise ValueError(f"device {device!r} is not supported; use 'cpu', 'cuda' or 'cuda:N'.")
+
+
+class SentenceTransformer:
+    """sentence-transformers' `SentenceTransformer` on the serving engine.
+
+    Other keyword arguments are the Engine's (server flags: `dtype="bfloat16"`, `max_batch_size=64`,
+    `dp_size=2`, ...). Inputs longer than the model's limit are cut, as sentence-transformers cuts
+    them (`allow_auto_truncate=True` unless given).
+    """
+
+    def __init__(
+        self,
+        model_name_or_path: Optional[str] = None,
+        *,
+        device: Optional[str] = None,
+        prompts: Optional[dict[str, str]] = None,
+        default_prompt_name: Optional[str] = None,
+        truncate_dim: Optional[int] = None,
+        backend: str = "torch",
+        local_files_only: bool = False,
+        **engine_kwargs: Any,
+    ) -> None:
+        for name in UNSUPPORTED_INIT:
+            if engine_kwargs.get(name) is not None:
+                raise ValueError(f"{name} is not supported by sglang.SentenceTransformer: {UNSUPPORTED_INIT[name]}.")
+            engine_kwargs.pop(name, None)
+        if backend != "torch":
+            raise ValueError(f"backend {backend!r} is not supported: the engine runs its own model code.")
+        if truncate_dim is not None and (
+            isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int) or truncate_dim < 1
+        ):
+            raise ValueError(f"truncate_dim must be a positive integer, got {truncate_dim!r}.")
+        engine_kwargs.update(_engine_device(device))
+        engine_kwargs.setdefault("allow_auto_truncate", True)
+        self.engine = Engine(model_path=model_name_or_path, is_embedding=True, **engine_kwargs)
+        try:
+            self._check_model()
+            self.prompts: dict[str, str] = {**dict(self.engine.model_info.prompts), **(prompts or {})}
+            checkpoint_default = read_sentence_transformers_info(self.engine.model_info.model_path).default_prompt_name
+            self.default_prompt_name: Optional[str] = default_prompt_name or checkpoint_default
+            if self.default_prompt_name is not None and self.default_prompt_name not in self.prompts:
+                raise ValueError(
+                    f"Default prompt name '{self.default_prompt_name}' not found in the configured prompts "
+                    f"dictionary with keys {list(self.prompts)!r}."
+                )
+        except BaseException:
+            self.engine.shutdown()
+            raise
+        self.truncate_dim = truncate_dim
+
+    def _check_model(self) -> None:
+        info = self.engine.model_info
+        if Capability.EMBED not in info.capabilities:
+            raise ValueError(
+                f"{info.model_path} gives no dense sentence embeddings (it serves "
+                f"{sorted(c.value for c in info.capabilities)}); use Engine.encode for its output."
+            )
+
+    @property
+    def device(self) -> str:
+        return self.engine.model_info.device
+
+    @property
+    def max_seq_length(self) -> int:
+        return self.engine.model_info.max_input_length
+
+    def get_embedding_dimension(self) -> int:
+        """The width of the vectors `encode` returns (after the constructor's `truncate_dim`)."""
+        dim = self.engine.model_info.embedding_dim
+        return min(dim, self.truncate_dim) if self.truncate_dim else dim
+
+    get_sentence_embedding_dimension = get_embedding_dimension
+
+    def _default_prompt(self) -> Optional[str]:
+        if self.default_prompt_name is not None:
+            return self.prompts[self.default_prompt_name]
+        return self.engine.model_info.default_prompt  # --default-prompt given to the engine
+
+    def encode(
+        self,
+        inputs: Any = None,
+        prompt_name: Optional[str] = None,
+        prompt: Optional[str] = None,
+        batch_size: int = 32,
+        show_progress_bar: Optional[bool] = None,
+        output_value: Optional[str] = "sentence_embedding",
+        precision: str = "float32",
+        convert_to_numpy: bool = True,
+        convert_to_tensor: bool = False,
+        device: Any = None,
+        normalize_embeddings: bool = False,
+        truncate_dim: Optional[int] = None,
+        pool: Any = None,
+        chunk_size: Optional[int] = None,
+        **kwargs: Any,
+    ) -> Any:
+        """sentence-transformers' `encode`: the same arguments, defaults and return types.
+
+        `show_progress_bar=None` shows a tqdm bar over the batches when this module's logger is at
+        INFO or DEBUG. Refused with a ValueError naming them: `output_value` other than
+        "sentence_embedding", `device` other than the engine's own, `pool`, `chunk_size` and any other
+        keyword. A bad input raises the Engine's EmbeddingError.
+        """
+        if inputs is None:
+            if "sentences" not in kwargs:  # sentence-transformers < 6 names the first argument so
+                raise TypeError("encode() missing 1 required argument: 'inputs'")
+            inputs = kwargs.pop("sentences")
+        if show_progress_bar is None:
+            show_progress_bar = logger.getEffectiveLevel() in (logging.INFO, logging.DEBUG)
+        if convert_to_tensor:
+            convert_to_numpy = False
+        check_arguments(
+            batch_size, output_value, precision, truncate_dim, device, self.device, pool, chunk_size, kwargs
+        )
+        batch, single = split_inputs(inputs)
+        text_prompt = resolve_prompt(self.prompts, self._default_prompt(), prompt_name, prompt)
+        vectors = self._embed(batch, text_prompt, batch_size, show_progress_bar)
+        truncate_dim = truncate_dim if truncate_dim is not None else self.truncate_dim
+        rows = finish(vectors, truncate_dim, normalize_embeddings, precision)
+        return convert(rows, single, convert_to_numpy, convert_to_tensor)
+
+    def encode_query(
+        self, inputs: Any = None, prompt_name: Optional[str] = None, prompt: Optional[str] = None, **kw: Any
+    ) -> Any:
+        """`encode` with the model's "query" prompt unless the call names one (sentence-transformers 5+)."""
+        if prompt_name is None and prompt is None:
+            prompt_name = pick_prompt_name(self.prompts, QUERY_PROMPT_NAMES)
+        return self.encode(inputs, prompt_name=prompt_name, prompt=prompt, **kw)
+
+    def encode_document(
+        self, inputs: Any = None, prompt_name: Optional[str] = None, prompt: Optional[str] = None, **kw: Any
+    ) -> Any:
+        """`encode` with the model's "document" prompt ("passage", "corpus" where it has no
+        "document") unless the call names one (sentence-transformers 5+)."""
+        if prompt_name is None and prompt is None:
+            prompt_name = pick_prompt_name(self.prompts, DOCUMENT_PROMPT_NAMES)
+        return self.encode(inputs, prompt_name=prompt_name, prompt=prompt, **kw)
+
+    def _embed(self, batch: list, text_prompt: str, batch_size: int, show_progress_bar: bool) -> np.ndarray:
+        """float32 [len(batch), dim]: the engine's vectors, `batch_size` inputs per engine call."""
+        starts = range(0, len(batch), batch_size)
+        steps = starts
+        if show_progress_bar:
+            from tqdm.auto import tqdm  # a dependency of huggingface_hub
+
+            steps = tqdm(starts, desc="Batches")
+        rows = []
+        for start in steps:
+            out = self.engine.encode(batch[start : start + batch_size], prompt_prefix=text_prompt)
+            rows += [item["embedding"] for item in out]
+        if not rows:
+            return np.zeros((0, self.engine.model_info.embedding_dim), dtype=np.float32)
+        return np.asarray(rows, dtype=np.float32)
+
+    def shutdown(self) -> None:
+        self.engine.shutdown()
+
+    def __enter__(self) -> "SentenceTransformer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
