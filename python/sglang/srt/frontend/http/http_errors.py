@@ -31,6 +31,9 @@ HTTP_STATUS: dict[ErrorKind, int] = {
 KIND_HEADERS: dict[ErrorKind, dict[str, str]] = {ErrorKind.QUEUE_FULL: {"Retry-After": "1"}}
 # nginx's "client closed request": nobody reads the answer; logs and metrics say why there was none.
 CLIENT_CLOSED = 499
+# A request body that did not arrive within --body-timeout: the client's delay (a TIMEOUT kind
+# otherwise means the engine's, 504).
+BODY_TIMEOUT = 408
 
 # TEI's routes (error_styles.tei_style): the status of each TEI error type a route raises itself
 # (error_styles.TeiError: Empty for an empty input, Backend when the model cannot do what the route

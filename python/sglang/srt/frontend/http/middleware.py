@@ -29,7 +29,7 @@ from typing import Any, Awaitable, Callable, Optional
 from sglang.srt.errors import EmbeddingError, ErrorKind, queue_full_error
 from sglang.srt.frontend.http.host_guard import OPEN_PATHS as HOST_OPEN_PATHS
 from sglang.srt.frontend.http.host_guard import allowed_hosts, host_allowed, host_name
-from sglang.srt.frontend.http.http_errors import CLIENT_CLOSED, HttpError
+from sglang.srt.frontend.http.http_errors import BODY_TIMEOUT, CLIENT_CLOSED, HttpError
 from sglang.srt.metrics.server_metrics import ServerMetrics
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.logging_utils import REQUEST_LOGGER
@@ -88,7 +88,7 @@ async def send_error(
     send: Send, err: EmbeddingError, headers: Optional[dict[str, str]] = None, status: Optional[int] = None
 ) -> None:
     """Answer with `err` in OpenAI's error shape; `headers` adds what only the edge knows, and
-    `status` overrides the kind's status where HTTP has a more precise one (408)."""
+    `status` overrides the kind's status where HTTP has a more precise one (http_errors.BODY_TIMEOUT)."""
     http = HttpError.of(err, headers, status)
     body = http.body()
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
@@ -348,7 +348,7 @@ class BodyLimits:
                         code="request_timeout",
                     ),
                     CLOSE,
-                    status=408,
+                    status=BODY_TIMEOUT,
                 )
             if message["type"] == "http.disconnect":
                 return  # the client left before sending its body: nobody to answer
