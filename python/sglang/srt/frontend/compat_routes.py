@@ -1,9 +1,10 @@
-"""The other peers' routes, registered on the app beside OpenAI's (TEI's are in tei/routes.py):
+"""The other peers' routes, registered on the app beside OpenAI's (TEI's are in tei/routes.py,
+SageMaker's /invocations in sagemaker.py):
 
 - vLLM: POST /pooling, /score and /v1/score, /tokenize (its `prompt` form), /detokenize;
 - TEI: POST /tokenize (its `inputs` form; the body says which dialect);
 - infinity: POST /embeddings and GET /models (no /v1 prefix);
-- Cohere: POST /v2/embed (errors as `{"message"}`);
+- Cohere: POST /v2/embed (POST /v1/embed and the `{"message"}` error shape: cohere/routes.py);
 - OpenAI: GET /v1/models/{model} (client.models.retrieve percent-encodes `/`, hence `:path`).
 """
 
