@@ -77,7 +77,7 @@ def test_a_replica_sigkilled_under_32_clients_answers_every_request_before_exit_
     clients = Clients(s.base_url)
     clients.start()
     try:
-        time.sleep(3.0)
+        assert wait_until(lambda: len(clients.results) >= len(clients.threads), 60), "the load never got going"
         clients.kill_time.append(time.monotonic())
         k = clients.kill_time[0]
         os.kill(victim, signal.SIGKILL)
