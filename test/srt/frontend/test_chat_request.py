@@ -5,19 +5,20 @@ one {"text", "image"} item on image models), and every refusal, without a server
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 
 import pytest
 from pydantic import ValidationError
 
 from sglang.srt.configs.chat_template import load_chat_template
+from sglang.srt.configs.model_info import VisionInfo
 from sglang.srt.errors import EmbeddingError
 from sglang.srt.frontend.openai.chat_request import ChatRequests
 from sglang.srt.frontend.openai.protocol import EmbeddingRequest, MultimodalEmbeddingInput
 from sglang.srt.frontend.openai.serving_embedding import embedding_request_input
+from test.helpers.model_info import make_model_info
 
-TEXT_MODEL = SimpleNamespace(vision=None)
-IMAGE_MODEL = SimpleNamespace(vision=object())
+TEXT_MODEL = make_model_info()
+IMAGE_MODEL = make_model_info(vision=VisionInfo(model_dir="/m", image_token_id=5, spatial_merge_size=2))
 TEMPLATE = (
     "{% for m in messages %}<{{ m.role }}>{{ m.content }}</{{ m.role }}>{% endfor %}"
     "{% if add_generation_prompt %}<assistant>{% endif %}{{ suffix | default('') }}"
@@ -154,7 +155,7 @@ def test_a_fixed_layout_server_template_takes_the_item_path():
 def test_protocol_refuses_unknown_content_parts_and_missing_input_is_named():
     with pytest.raises(ValidationError):
         _request(messages=[{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}])
-    info = SimpleNamespace(vision=None)
+    info = make_model_info()
     with pytest.raises(EmbeddingError, match="'input' is required") as e:
         embedding_request_input(EmbeddingRequest.model_validate({}), info, "m")
     assert e.value.param == "input"

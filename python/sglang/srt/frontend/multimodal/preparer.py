@@ -76,7 +76,7 @@ class MultimodalPreparer:
         if model_info.image_path is ImagePath.TOWER:
             self.towers = TowerImages(vision.model_dir, vision.patch_size, vision.class_token, vision.image_tokens)
             self.loader = ImageLoader(server_args, self.towers)
-        elif vision is not None:
+        elif model_info.image_path is ImagePath.LM_TOKENS:
             self.images = Qwen2VLImages(vision.model_dir, server_args.mm_min_pixels, server_args.mm_max_pixels)
             self.image_token_id = vision.image_token_id
             self.merge_size = vision.spatial_merge_size

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from sglang.srt.configs.chat_template import JinjaChatTemplate
+from sglang.srt.configs.model_info import Capability
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.frontend.openai.protocol import MultimodalEmbeddingInput
 from sglang.srt.utils.off_loop import off_loop
@@ -76,7 +77,7 @@ class ChatRequests:
         # Jinja: the server's template renders whole conversations. A fixed layout (gme-qwen2-vl)
         # and every image model go through the {"text", "image"} item path instead.
         self.source: Optional[str] = template.source if isinstance(template, JinjaChatTemplate) else None
-        self.as_item = model_info.vision is not None or (template is not None and self.source is None)
+        self.as_item = Capability.IMAGE in model_info.capabilities or (template is not None and self.source is None)
         if self.source is None and not self.as_item:
             self.source = getattr(tokenizer, "chat_template", None) or None
 
