@@ -221,6 +221,10 @@ def test_score_on_a_cross_encoder_is_its_rerank_score(tmp_path):
         score = _post(s, "/score", {"queries": QUERY, "documents": DOCS})
         assert score.status_code == 200, score.text
         np.testing.assert_allclose([x["score"] for x in score.json()["data"]], [want[i] for i in range(4)], atol=1e-6)
+        on_tei_route = _post(s, "/rerank", {"query": QUERY, "documents": DOCS}).json()["results"]  # the same route
+        assert [(r["index"], r["relevance_score"]) for r in on_tei_route] == [
+            (r["index"], want[r["index"]]) for r in ranked
+        ]
         pairs = _post(s, "/v1/score", {"text_1": [QUERY, QUERY], "text_2": DOCS[:2]}).json()
         np.testing.assert_allclose([x["score"] for x in pairs["data"]], [want[0], want[1]], atol=1e-6)
         # TEI's /similarity is for embedding models, as in TEI

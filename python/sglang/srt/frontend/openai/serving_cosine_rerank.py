@@ -10,7 +10,7 @@ cross-encoder route's (Cohere / Jina shape, best first, ties in request order).
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from sglang.srt.frontend.embed_options import set_prompt
 from sglang.srt.frontend.embed_sides import Side, SideEmbedder
@@ -36,8 +36,11 @@ class ServingCosineRerank(OpenAIServingBase[RerankRequest]):
     def embed_options(self, req: EmbeddingReqInput) -> None:
         set_prompt(req, self.tm.model_info)
 
-    async def scores(self, query: str, documents: list[str], setup=None) -> tuple[list[float], EmbeddingResult]:
-        """The cosine of each document with the query (`setup`: each side's request options)."""
+    async def scores(
+        self, query: str, documents: list[str], setup: Optional[Callable[[EmbeddingReqInput], None]] = None
+    ) -> tuple[list[float], EmbeddingResult]:
+        """The cosine of each document with the query (`setup`: each side's request options; by
+        default the model's default prompt). TEI's /rerank calls it with its own options."""
         self.check_batch_size(len(documents) + 1)
         scores, result = await self.sides.cosines(
             Side([query], "query", "query", truncate=False),
