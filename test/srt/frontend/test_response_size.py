@@ -77,8 +77,9 @@ def test_check_refuses_over_the_limit_and_names_the_flag():
 def test_check_uses_the_answer_format_and_skips_in_process_rows():
     counts = [254] * 128
     check_per_token_size(_req(FORMAT_RAW), counts, INFO, 1 << 20)  # the Engine / MaxSim: not an answer
-    with pytest.raises(EmbeddingError):  # vLLM's token_embed: raw rows, answered as JSON
-        check_per_token_size(_req(FORMAT_RAW, response_format=FORMAT_FLOAT), counts, INFO, 64 << 20)
+    with pytest.raises(EmbeddingError):  # vLLM's token_embed answered as bytes: 4 bytes a value
+        check_per_token_size(_req("bytes"), counts, INFO, 40 << 20)  # ~48 MiB
+    check_per_token_size(_req("bytes_only", embed_dtype="float16"), counts, INFO, 40 << 20)  # half of it
     check_per_token_size(_req(kind=None), counts, INFO, 1)  # pooled: not per-token
     # ColBERT rows are 128 wide, not the hidden size: the same request fits.
     check_per_token_size(_req(kind=TOKENS_DOCUMENT), [254] * 128, INFO, 64 << 20)

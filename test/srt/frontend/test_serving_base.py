@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import orjson
 import pytest
 
@@ -22,7 +23,7 @@ from test.helpers.model_info import make_model_info
 class FakeTokenizerManager:
     """Records what reaches `embed` and answers every input with the same payload."""
 
-    def __init__(self, payload: bytes = b"[1.0]", strict: bool = True, **info) -> None:
+    def __init__(self, payload=b"[1.0]", strict: bool = True, **info) -> None:
         self.server_args = ServerArgs(
             model_path="/tmp",
             served_model_name=["m", "m2"],
@@ -89,7 +90,7 @@ def test_classifier_routes_need_a_classifier():
     with pytest.raises(EmbeddingError, match="not a classification model; /v1/classify needs"):
         _run(OpenAIServingClassify(FakeTokenizerManager(), "m"), ClassifyRequest(input="a"))
     tm = FakeTokenizerManager(
-        payload=b"\x00\x00\x80\x3f\x00\x00\x00\x00",  # float32 [1.0, 0.0]
+        payload=np.array([1.0, 0.0], np.float32),  # the renderer's Format.ARRAY row of logits
         embeddings_output=OutputKind.LOGITS,
         labels=("yes", "no"),
     )

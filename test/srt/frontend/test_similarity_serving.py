@@ -52,7 +52,7 @@ class FakeTokenizerManager:
     async def embed(self, req):
         self.seen.append(req)
         if req.text_pairs is not None:
-            payloads = [np.array([logit(q, d)], "<f4").tobytes() for q, d in req.text_pairs]
+            payloads = [np.array([logit(q, d)], np.float32) for q, d in req.text_pairs]  # Format.ARRAY rows
         else:
             for i, t in enumerate(req.text):
                 if t == LONG and not req.truncate:
@@ -61,7 +61,7 @@ class FakeTokenizerManager:
                         f"The input at index {i} (300 tokens) is longer than the model's context length (256 tokens).",
                         param="input",
                     )
-            payloads = [vector(t).tobytes() for t in req.text]
+            payloads = [vector(t).astype(np.float32) for t in req.text]
         return EmbeddingResult(payloads, [3] * len(payloads))
 
 

@@ -106,3 +106,24 @@ def test_base64_embed_dtype_and_endianness():
     # bfloat16: torch's own rounding, as vLLM sends it (the raw 16-bit patterns).
     want = torch.from_numpy(vec).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
     np.testing.assert_array_equal(np.frombuffer(payloads[3], "<u2"), want)
+
+
+def test_batched_shaping_equals_each_row_alone():
+    """Rows are cut and normalized per (dimensions, normalize) group in one numpy call; each comes
+    out byte for byte as rendering it alone makes it, whatever its neighbours asked for."""
+    rows = np.random.default_rng(3).standard_normal((6, 8)).astype(np.float32)
+    specs = [
+        _spec(normalize=True),
+        _spec(dimensions=4, normalize=True),
+        _spec(Format.BASE64),
+        _spec(dimensions=4, normalize=True),
+        _spec(Format.BYTES, normalize=True, dtype="bfloat16"),
+        OutputSpec(Task.SCORES, Format.ARRAY),
+    ]
+    together = render_output(_out(rows, specs))[0].payloads
+    for row, spec, got in zip(rows, specs, together):
+        alone = _render(row, spec)
+        if isinstance(alone, np.ndarray):
+            np.testing.assert_array_equal(got, alone)
+        else:
+            assert got == alone

@@ -21,7 +21,7 @@ from sglang.srt.entrypoints.engine_processes import EngineProcesses
 from sglang.srt.frontend.embed_options import set_prompt
 from sglang.srt.frontend.inputs import Prompt, normalize_input
 from sglang.srt.frontend.openai.multi_vector import multi_vector_output
-from sglang.srt.frontend.tokenizer_manager import TokenizerManager, payload_to_array
+from sglang.srt.frontend.tokenizer_manager import TokenizerManager
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.tracing import Tracing
 from sglang.srt.wire.io_struct import FORMAT_RAW, FORMAT_SPARSE_DICT
@@ -104,11 +104,10 @@ class Engine:
         out = []
         for p, n, ids in zip(payloads, prompt_tokens, token_ids):
             item = {
-                "embedding": _sparse_payload(p) if sparse else payload_to_array(p).tolist(),
+                "embedding": _sparse_payload(p) if sparse else p.tolist(),  # float32 rows, typed
                 "meta_info": {"prompt_tokens": n},
             }
             if req.token_output is not None:
-                item["embedding"] = payload_to_array(p).reshape(-1, self.model_info.multi_vector_dim).tolist()
                 item["token_ids"] = orjson.loads(ids) if ids else []
             out.append(item)
         return out[0] if single else out

@@ -19,7 +19,7 @@ import numpy as np
 from sglang.srt.configs.model_info import Capability, ModelInfo
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.frontend.similarity import check_texts, cosine_scores
-from sglang.srt.frontend.tokenizer_manager import EmbeddingResult, TokenizerManager, payload_to_array
+from sglang.srt.frontend.tokenizer_manager import EmbeddingResult, TokenizerManager
 from sglang.srt.wire.io_struct import FORMAT_RAW, EmbeddingReqInput
 
 
@@ -86,7 +86,7 @@ class SideEmbedder:
         for side in sides:
             check_texts(side.texts, side.what, side.param)
         results = await gather_or_cancel(*(self._embed(side, setup) for side in sides))
-        vectors = [np.stack([payload_to_array(p) for p in r.payloads]) for r in results]
+        vectors = [r.matrix() for r in results]
         return vectors, merge_results(results)
 
     async def _embed(self, side: Side, setup: Optional[Callable[[EmbeddingReqInput], None]]) -> EmbeddingResult:

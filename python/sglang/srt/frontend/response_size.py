@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 
 from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.errors import EmbeddingError, ErrorKind
-from sglang.srt.wire.io_struct import FORMAT_BASE64, FORMAT_FLOAT, FORMAT_RAW, EmbeddingReqInput
+from sglang.srt.wire.io_struct import BINARY_FORMATS, FORMAT_BASE64, FORMAT_FLOAT, FORMAT_RAW, EmbeddingReqInput
 from sglang.srt.wire.token_kinds import TOKENS_HIDDEN
 
 # A float32 in JSON as orjson writes it, with its comma: 12.1 bytes measured on MiniLM's hidden
@@ -31,6 +31,8 @@ def value_bytes(fmt: str, embed_dtype: Optional[str] = None) -> Optional[float]:
         return JSON_VALUE_BYTES
     if fmt == FORMAT_BASE64:
         return _DTYPE_BYTES.get(embed_dtype or "float32", 4) * 4 / 3
+    if fmt in BINARY_FORMATS:  # vLLM's bytes: the values bare
+        return _DTYPE_BYTES.get(embed_dtype or "float32", 4)
     return None
 
 
@@ -52,12 +54,11 @@ def check_per_token_size(
 ) -> None:
     """413 when `req`'s per-token rows would make an answer over `limit` bytes (--max-response-bytes).
 
-    The rows are sized in the format the client gets them in (`req.response_format`, else
-    `req.encoding_format`); raw rows that stay in-process (the offline Engine, MaxSim scoring)
-    are not answers and are not bounded here.
+    The rows are sized in the format the client gets them in (`req.encoding_format`); raw rows
+    that stay in-process (the offline Engine, MaxSim scoring) are not answers and are not bounded here.
     """
     width = row_width(req.token_output, model_info)
-    fmt = req.response_format or req.encoding_format
+    fmt = req.encoding_format
     per_value = value_bytes(fmt, req.embed_dtype) if fmt != FORMAT_RAW else None
     if not width or per_value is None:
         return

@@ -57,6 +57,23 @@ class EmbeddingResult:
     tokenize_time: float = 0.0
     token_ids: Optional[list[Optional[bytes]]] = None  # per-token rows: the JSON array of their token ids
 
+    def arrays(self) -> list[np.ndarray]:
+        """A FORMAT_RAW request's rows as the renderer made them (Format.ARRAY): float32 [dim] per
+        input, [tokens, dim] for per-token rows. Typed numbers: nothing to decode or reshape."""
+        for p in self.payloads:
+            if not isinstance(p, np.ndarray):
+                raise TypeError("rendered payloads are not numbers: the request did not ask for FORMAT_RAW")
+        return self.payloads
+
+    def matrix(self) -> np.ndarray:
+        """The pooled rows of a FORMAT_RAW request stacked: float32 [n, dim]."""
+        rows = self.arrays()
+        return np.stack(rows) if rows else np.zeros((0, 0), np.float32)
+
+    def first_values(self) -> np.ndarray:
+        """Each row's first value as float64 [n]: a one-label model's logit (rerankers)."""
+        return np.array([row[0] for row in self.arrays()], dtype=np.float64)
+
 
 @dataclass
 class ReqState:
@@ -320,10 +337,3 @@ def admission_limit(server_args: ServerArgs) -> int:
     """
     return sum(replica_capacities(server_args))
 
-
-def payload_to_array(payload) -> np.ndarray:
-    """A FORMAT_RAW row as its float32 numbers: the renderer already sends them as an array
-    (Format.ARRAY), so this only passes them on (bytes are read as little-endian float32)."""
-    if isinstance(payload, np.ndarray):
-        return payload
-    return np.frombuffer(payload, dtype="<f4")

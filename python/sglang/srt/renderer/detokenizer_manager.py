@@ -18,7 +18,7 @@ import zmq
 from sglang.srt.errors import ErrorKind
 from sglang.srt.renderer.sparse_render import TokenTextFn, TokenTexts, render_sparse
 from sglang.srt.renderer.token_render import render_token_ids, token_row
-from sglang.srt.renderer.vector_render import render_token_rows, render_vector
+from sglang.srt.renderer.vector_render import render_rows, render_token_rows, shape_pooled
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.heartbeat import Heartbeat, heartbeat_interval, stage_name
 from sglang.srt.utils.logging_utils import configure_logging
@@ -29,6 +29,8 @@ from sglang.srt.wire.io_struct import BatchEmbeddingOutput, BatchEmbeddingResult
 from sglang.srt.wire.msgcodec import decode, send
 from sglang.srt.wire.output_spec import Task
 from sglang.srt.wire.request_tracing import log_fields, trace_render
+
+POOLED = (Task.DENSE, Task.SCORES)  # one vector per input, in BatchEmbeddingOutput.embeddings
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +51,8 @@ def render_output(
             out.inference_time,
         )
     )
+    pooled = [i for i, (c, s) in enumerate(zip(out.error_codes, out.outputs)) if c == 0 and s.task in POOLED]
+    shaped = shape_pooled(out.embeddings, out.outputs, pooled)  # cut and normalized, batched
     for i, rid in enumerate(out.rids):
         res = per_worker[out.worker_ids[i]]
         code = out.error_codes[i]
@@ -66,7 +70,7 @@ def render_output(
             lo, hi = int(out.sparse_offsets[i]), int(out.sparse_offsets[i + 1])
             payload = render_sparse(out.sparse_indices[lo:hi], out.sparse_values[lo:hi], spec.format.value, token_texts)
         elif code == 0:
-            payload = render_vector(out.embeddings[i], spec)
+            payload = render_rows(shaped[i], spec)
         else:
             payload = b""
         res.rids.append(rid)

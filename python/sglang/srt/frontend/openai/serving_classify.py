@@ -18,7 +18,7 @@ import orjson
 from sglang.srt.frontend.inputs import normalize_input
 from sglang.srt.frontend.openai.serving_base import OpenAIServingBase
 from sglang.srt.frontend.openai.task_protocol import ClassifyRequest
-from sglang.srt.frontend.tokenizer_manager import EmbeddingResult, payload_to_array
+from sglang.srt.frontend.tokenizer_manager import EmbeddingResult
 from sglang.srt.wire.io_struct import FORMAT_RAW, EmbeddingReqInput
 
 
@@ -61,7 +61,7 @@ class OpenAIServingClassify(OpenAIServingBase[ClassifyRequest]):
 
     def render(self, request: ClassifyRequest, result: EmbeddingResult, rid: Optional[str]) -> bytes:
         info = self.tm.model_info
-        rows = [payload_to_array(p) for p in result.payloads]
+        rows = result.arrays()
         tokens = sum(result.prompt_tokens)
         body = {
             "id": f"classify-{rid or uuid.uuid4().hex}",

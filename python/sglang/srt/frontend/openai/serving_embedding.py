@@ -9,7 +9,6 @@ from __future__ import annotations
 import sys
 from typing import Optional
 
-import numpy as np
 import orjson
 
 from sglang.srt.configs.model_info import ModelInfo, OutputKind
@@ -33,7 +32,7 @@ from sglang.srt.frontend.openai.chat_request import ChatForm, input_required
 from sglang.srt.frontend.openai.multi_vector import check_multi_vector_options, multi_vector_output
 from sglang.srt.frontend.openai.protocol import EmbeddingRequest
 from sglang.srt.frontend.openai.serving_base import OpenAIServingBase
-from sglang.srt.frontend.tokenizer_manager import EmbeddingResult, payload_to_array
+from sglang.srt.frontend.tokenizer_manager import EmbeddingResult
 from sglang.srt.wire.io_struct import (
     BINARY_FORMATS,
     EMBED_DTYPES,
@@ -89,7 +88,7 @@ def multi_vector_parts(result: EmbeddingResult, model: str) -> Parts:
 
 def render_by_type(result: EmbeddingResult, model: str, types: list[str]) -> bytes:
     """`embedding_types`: each item carries `embeddings` {type: value} (frontend/embedding_types.py)."""
-    vectors = np.stack([payload_to_array(p) for p in result.payloads])
+    vectors = result.matrix()
     values = by_type(vectors, types)
     items = b",".join(
         b'{"object":"embedding","index":%d,"embeddings":%s}'

@@ -18,7 +18,7 @@ from sglang.srt.frontend.openai.multi_vector import maxsim
 from sglang.srt.frontend.openai.rerank_results import rank_results, rerank_body
 from sglang.srt.frontend.openai.serving_base import OpenAIServingBase
 from sglang.srt.frontend.openai.task_protocol import RerankRequest
-from sglang.srt.frontend.tokenizer_manager import EmbeddingResult, payload_to_array
+from sglang.srt.frontend.tokenizer_manager import EmbeddingResult
 from sglang.srt.wire.io_struct import FORMAT_RAW, EmbeddingReqInput
 from sglang.srt.wire.token_kinds import TOKENS_DOCUMENT, TOKENS_QUERY
 
@@ -55,10 +55,9 @@ class ServingMaxSimRerank(OpenAIServingBase[RerankRequest]):
             text=list(request.documents), encoding_format=FORMAT_RAW, token_output=TOKENS_DOCUMENT
         )
         query, docs = await gather_or_cancel(self.tm.embed(query_req), self.tm.embed(docs_req))
-        dim = self.tm.model_info.multi_vector_dim
-        q = payload_to_array(query.payloads[0]).reshape(-1, dim)
+        q = query.arrays()[0]  # [tokens, dim]
         reduction = self.tm.model_info.colbert.maxsim
-        scores = [maxsim(q, payload_to_array(p).reshape(-1, dim), reduction) for p in docs.payloads]
+        scores = [maxsim(q, d, reduction) for d in docs.arrays()]
         merged = merge_results([query, docs])
         results = rank_results(scores, request.documents, request.top_n, request.return_documents)
         return rerank_body(rid, self.served_model_name, results, sum(merged.prompt_tokens)), merged

@@ -26,7 +26,7 @@ from sglang.srt.frontend.openai.serving_base import OpenAIServingBase
 from sglang.srt.frontend.openai.serving_cosine_rerank import ServingCosineRerank
 from sglang.srt.frontend.openai.serving_maxsim import ServingMaxSimRerank
 from sglang.srt.frontend.openai.task_protocol import RerankRequest
-from sglang.srt.frontend.tokenizer_manager import EmbeddingResult, payload_to_array
+from sglang.srt.frontend.tokenizer_manager import EmbeddingResult
 from sglang.srt.wire.io_struct import FORMAT_RAW, EmbeddingReqInput
 
 
@@ -85,6 +85,6 @@ class OpenAIServingRerank(OpenAIServingBase[RerankRequest]):
         return EmbeddingReqInput(text_pairs=pairs, encoding_format=FORMAT_RAW, instruction=request.instruction)
 
     def render(self, request: RerankRequest, result: EmbeddingResult, rid: Optional[str]) -> bytes:
-        logits = np.array([payload_to_array(p)[0] for p in result.payloads], dtype=np.float64)
+        logits = result.first_values()
         results = rank(logits, request.documents, request.top_n, request.return_documents)
         return rerank_body(rid, self.served_model_name, results, sum(result.prompt_tokens))

@@ -31,7 +31,7 @@ from sglang.srt.frontend.tei.protocol import (
     SimilarityParameters,
     SimilarityRequest,
 )
-from sglang.srt.frontend.tokenizer_manager import EmbeddingResult, payload_to_array
+from sglang.srt.frontend.tokenizer_manager import EmbeddingResult
 from sglang.srt.wire.io_struct import FORMAT_FLOAT, FORMAT_RAW, EmbeddingReqInput
 from sglang.srt.wire.matryoshka import validate_dimensions
 
@@ -108,7 +108,7 @@ class TeiServingRerank(OpenAIServingRerank):
         return req
 
     def render(self, request: RerankRequest, result: EmbeddingResult, rid: Optional[str]) -> bytes:  # type: ignore[override]
-        logits = np.array([payload_to_array(p)[0] for p in result.payloads], dtype=np.float64)
+        logits = result.first_values()
         scores = logits if request.raw_scores else 1.0 / (1.0 + np.exp(-logits))
         return orjson.dumps(tei_ranks(scores.tolist(), request.texts, request.return_text, logits.tolist()))
 
@@ -162,7 +162,7 @@ class TeiServingPredict(OpenAIServingBase[PredictRequest]):
         labels = self.tm.model_info.labels or ()
         out = []
         for p in payloads:
-            scores = tei_scores(payload_to_array(p).astype(np.float64), request.raw_scores)
+            scores = tei_scores(np.asarray(p, dtype=np.float64), request.raw_scores)
             ranked = sorted(range(len(scores)), key=lambda k: -scores[k])
             out.append([{"score": float(scores[k]), "label": labels[k]} for k in ranked])
         return orjson.dumps(out[0] if single else out), result

@@ -33,7 +33,7 @@ from sglang.srt.frontend.openai.serving_embedding import (
     embedding_request_input,
     refuse_set,
 )
-from sglang.srt.frontend.tokenizer_manager import EmbeddingResult, payload_to_array
+from sglang.srt.frontend.tokenizer_manager import EmbeddingResult
 from sglang.srt.frontend.vllm.protocol import PoolingRequest
 from sglang.srt.wire.io_struct import BINARY_FORMATS, FORMAT_RAW, EmbeddingReqInput
 from sglang.srt.wire.token_kinds import TOKENS_HIDDEN
@@ -127,7 +127,7 @@ class VllmServingPooling(ChatForm, OpenAIServingBase[PoolingRequest]):
             )
         if task == "classify":
             info = self.tm.model_info
-            rows = [probabilities(payload_to_array(p).astype(np.float64), info.problem_type) for p in result.payloads]
+            rows = [probabilities(p.astype(np.float64), info.problem_type) for p in result.arrays()]
             payloads = [orjson.dumps(r.tolist()) for r in rows]
         else:
             payloads = result.payloads

@@ -23,7 +23,7 @@ from sglang.srt.frontend.embed_options import invalid, refuse_unsupported, set_p
 from sglang.srt.frontend.embed_sides import Side, SideEmbedder, scores_by_cosine
 from sglang.srt.frontend.openai.serving_base import OpenAIServingBase
 from sglang.srt.frontend.similarity import score_sides
-from sglang.srt.frontend.tokenizer_manager import EmbeddingResult, payload_to_array
+from sglang.srt.frontend.tokenizer_manager import EmbeddingResult
 from sglang.srt.frontend.vllm.protocol import ScoreRequest
 from sglang.srt.wire.io_struct import FORMAT_RAW, EmbeddingReqInput
 
@@ -121,5 +121,5 @@ class VllmServingScore(OpenAIServingBase[ScoreRequest]):
         setup(req)
         self.check_batch_size(req.batch_size)
         result = await self.tm.embed(req)
-        logits = np.array([payload_to_array(p)[0] for p in result.payloads], dtype=np.float64)
+        logits = result.first_values()
         return (1.0 / (1.0 + np.exp(-logits))).tolist(), result
