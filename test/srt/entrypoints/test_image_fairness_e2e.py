@@ -18,6 +18,7 @@ from PIL import Image
 
 from test.helpers.images import ImageServer, encode_image, gradient_image
 from test.helpers.server import ServerProcess
+from test.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 TIMEOUT = 5.0
@@ -101,7 +102,7 @@ def test_competing_requests_for_image_memory_one_always_proceeds(server, images)
                 if r.status_code == 429:
                     assert r.headers.get("Retry-After") == "1"
                     assert "holding too many images right now" in r.json()["error"]["message"]
-    time.sleep(0.5)
+    wait_until(lambda: _rss_mb(server.proc.pid) - before < 100, 5)  # what they held is given back
     after = _rss_mb(server.proc.pid)
     print(
         f"runs {runs}; RSS {before:.0f} -> peak {max(watch.rss):.0f} -> {after:.0f} MB; "
@@ -124,9 +125,7 @@ def test_dripping_requests_leave_room_for_a_new_request(server, images):
     with Watch(server) as watch, ThreadPoolExecutor(12) as pool:
         start = time.monotonic()
         attackers = [pool.submit(_post, server, attack) for _ in range(12)]
-        while images.open_to(path) < 8 and time.monotonic() - start < 5:
-            time.sleep(0.02)
-        assert images.open_to(path) >= 8  # every slot is taken by a dripping fetch
+        assert wait_until(lambda: images.open_to(path) >= 8, 5)  # every slot is taken by a dripping fetch
         t0 = time.monotonic()
         victim = _post(server, [{"text": "a cat", "image": images.url("/cat.png")}])
         victim_s = time.monotonic() - t0

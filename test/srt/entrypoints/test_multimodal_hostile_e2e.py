@@ -20,6 +20,7 @@ from PIL import Image
 
 from test.helpers.images import HOSTILE_IMAGE_STRINGS, ImageServer, blank_png, data_uri, encode_image, gradient_image
 from test.helpers.server import ServerProcess
+from test.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 URL_FAILED = "could not load the image URL (the server log has the reason)"
@@ -88,7 +89,7 @@ def test_dripping_urls_neither_outlast_the_deadline_nor_starve_others(server, im
     with ThreadPoolExecutor(1) as pool:
         start = time.monotonic()
         attack = pool.submit(_post, server, [{"image": images.url("/drip.png")}] * 32)
-        time.sleep(0.5)
+        assert wait_until(lambda: images.open_to("/drip.png") >= 2, 10)  # it holds its share of the slots
         t0 = time.monotonic()
         victim = _post(server, [{"text": "a cat", "image": images.url("/cat.png")}])
         victim_s = time.monotonic() - t0
@@ -106,9 +107,7 @@ def test_client_disconnect_cancels_its_fetches(server, images):
     head = "POST /v1/embeddings HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
     with socket.create_connection(("127.0.0.1", server.port)) as sock:
         sock.sendall(head.encode() + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-        deadline = time.monotonic() + 2
-        while images.open_to(path) < 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        assert wait_until(lambda: images.open_to(path) >= 2, 2)
         assert images.open_to(path) == 2  # the request's share: a quarter of 8 slots
     hung_up = time.monotonic()
     assert images.wait_idle(TIMEOUT, path)
@@ -140,8 +139,7 @@ def test_large_images_leave_no_memory_behind(default_server):
     assert resp.status_code == 200, resp.text
     vectors = np.asarray([d["embedding"] for d in resp.json()["data"]])
     assert np.abs(vectors - vectors[0]).max() < 1e-5  # four blank images, one vector
-    time.sleep(0.5)
-    assert _rss_mb(pid) - before < 150, (before, _rss_mb(pid))
+    assert wait_until(lambda: _rss_mb(pid) - before < 150, 5), (before, _rss_mb(pid))  # given back
 
 
 def test_image_memory_budget(server, images):
