@@ -26,8 +26,7 @@ import orjson
 from sglang.srt.frontend.http.response_parts import BinaryParts
 from sglang.srt.frontend.tokenizer_manager import EmbeddingResult
 from sglang.srt.wire.io_struct import FORMAT_BYTES
-
-_ITEM_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+from sglang.srt.wire.output_spec import DTYPE_BYTES
 
 
 def byte_order(endianness: Optional[str]) -> str:
@@ -59,7 +58,7 @@ def binary_body(
     items, offset = [], 0
     for i, (payload, tid) in enumerate(zip(result.payloads, token_ids)):
         size = len(payload)
-        shape = row_shape(payload, _ITEM_BYTES[dtype], tid)
+        shape = row_shape(payload, DTYPE_BYTES[dtype], tid)
         item = {"index": i, "embed_dtype": dtype, "endianness": order, "start": offset, "end": offset + size}
         items.append({**item, "shape": shape})
         offset += size

@@ -14,6 +14,7 @@ from typing import Optional, Sequence
 from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.wire.io_struct import BINARY_FORMATS, FORMAT_BASE64, FORMAT_FLOAT, FORMAT_RAW, EmbeddingReqInput
+from sglang.srt.wire.output_spec import DTYPE_BYTES
 from sglang.srt.wire.token_kinds import TOKENS_HIDDEN
 
 # A float32 in JSON as orjson writes it, with its comma: 12.1 bytes measured on MiniLM's hidden
@@ -22,7 +23,6 @@ JSON_VALUE_BYTES = 13
 # Per token beside its vector: `[`, `]`, `,` and, where shown, its id in `token_ids` (~7 bytes).
 TOKEN_OVERHEAD_BYTES = 10
 ROW_OVERHEAD_BYTES = 96  # per input: the item's envelope ({"object", "index", ...})
-_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 def value_bytes(fmt: str, embed_dtype: Optional[str] = None) -> Optional[float]:
@@ -30,9 +30,9 @@ def value_bytes(fmt: str, embed_dtype: Optional[str] = None) -> Optional[float]:
     if fmt == FORMAT_FLOAT:
         return JSON_VALUE_BYTES
     if fmt == FORMAT_BASE64:
-        return _DTYPE_BYTES.get(embed_dtype or "float32", 4) * 4 / 3
+        return DTYPE_BYTES.get(embed_dtype or "float32", 4) * 4 / 3
     if fmt in BINARY_FORMATS:  # vLLM's bytes: the values bare
-        return _DTYPE_BYTES.get(embed_dtype or "float32", 4)
+        return DTYPE_BYTES.get(embed_dtype or "float32", 4)
     return None
 
 

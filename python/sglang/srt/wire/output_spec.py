@@ -38,8 +38,9 @@ class Format(str, Enum):
 
 
 SPARSE_FORMATS = (Format.SPARSE_DICT, Format.SPARSE_TEI, Format.SPARSE_TEI_TEXT)
-# Element types of BASE64 / BYTES payloads (vLLM's embed_dtype) and their byte orders.
-DTYPES = ("float32", "float16", "bfloat16")
+# Element types of BASE64 / BYTES payloads (vLLM's embed_dtype) with their sizes, and byte orders.
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+DTYPES = tuple(DTYPE_BYTES)
 BYTE_ORDERS = ("little", "big")
 
 
