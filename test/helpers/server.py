@@ -70,8 +70,9 @@ class ServerProcess:
             return f.read()[-4000:]
 
     def in_flight(self, headers: Optional[dict] = None) -> float:
-        """HTTP requests the server (one HTTP worker) is handling now, from /metrics, not counting
-        the scrape itself: what a test waits on before it signals or kills something mid-request."""
+        """HTTP requests the server is handling now (all HTTP workers: the gauge is a live sum), from
+        /metrics, not counting the scrape itself: what a test waits on before it signals or kills
+        something mid-request."""
         text = requests.get(self.base_url + "/metrics", headers=headers, timeout=10, **(self.tls or {})).text
         return value(parse(text), "sglang_http_requests_in_flight") - 1
 

@@ -11,6 +11,7 @@ import pytest
 import requests
 
 from test.helpers.server import ServerProcess
+from test.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -88,9 +89,9 @@ def _cpu_seconds(pids):
 
 
 def test_idle_server_uses_almost_no_cpu(server):
-    time.sleep(1.0)  # let the previous test's work drain
+    assert wait_until(lambda: server.in_flight() == 0, 30)  # the previous test's requests are answered
     pids = [server.proc.pid] + server.children()
     before = _cpu_seconds(pids)
-    time.sleep(3.0)
+    time.sleep(3.0)  # the idle window measured
     used = _cpu_seconds(pids) - before
     assert used < 0.15, f"idle server used {used:.2f} CPU-seconds in 3 s"

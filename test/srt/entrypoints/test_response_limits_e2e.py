@@ -136,7 +136,7 @@ def test_per_token_answer_over_the_limit_is_refused_before_any_model_work(server
 def test_large_allowed_embed_all_keeps_the_http_process_small(server):
     pid = server.proc.pid
     _post(server, "/embed_all", {"inputs": ["warm up"]})
-    time.sleep(1)
+    time.sleep(1)  # the warm-up's memory settles before the baseline is read
     base = _rss_mb(pid)
     peak = [base]
     done = threading.Event()
@@ -154,7 +154,7 @@ def test_large_allowed_embed_all_keeps_the_http_process_small(server):
     rows = r.json()
     assert len(rows) == 50 and len(rows[0]) == 254 and len(rows[0][0]) == 384
     del r, rows
-    time.sleep(3)
+    time.sleep(3)  # still sampling: a late peak counts, and `after` is read once the memory settled
     done.set()
     sampler.join(5)
     after = _rss_mb(pid)

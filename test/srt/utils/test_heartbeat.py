@@ -19,7 +19,7 @@ def test_idle_busy_and_silent_stages(tmp_path):
     assert {b.name for b, _ in silent} == {"scheduler", "detokenizer"}
     assert all("has not answered" in b.describe(now + 6) for b, _ in silent)
     sched.set_pending(8)  # picks work up: its progress clock starts now
-    time.sleep(1.0)
+    time.sleep(1.0)  # Heartbeat reads the real clock: its progress clock ages past 0.8 s
     sched.beat()  # alive, but has finished nothing
     detok.beat()  # alive and idle
     stalled = reader.stalled(0.8)
@@ -34,7 +34,7 @@ def test_idle_busy_and_silent_stages(tmp_path):
 def test_a_started_heartbeat_keeps_beating(tmp_path):
     hb = Heartbeat(str(tmp_path), "scheduler", interval=0.05).start()
     reader = HeartbeatReader(str(tmp_path))
-    time.sleep(0.3)
+    time.sleep(0.3)  # six beat intervals: the last beat must still be fresh
     (beat,) = reader.read()
     assert time.monotonic() - beat.beat < 0.2 and beat.pending == 0
     assert hb.name == "scheduler"
