@@ -3,6 +3,7 @@
 Each check runs in a fresh interpreter, since this test process has torch already. The server
 process is an HTTP process too; it asks a child to read the model config (model_check.py), and
 loads the tokenizer class that child named, which imports no torch where AutoTokenizer would.
+The import check is the fast one (`make test-fast`); the others start interpreters that load torch.
 """
 
 from __future__ import annotations
@@ -50,10 +51,12 @@ def test_the_http_process_modules_import_no_torch():
     assert run_fresh("\n".join(f"import {m}" for m in modules) + "\n" + TORCH_PROBE) == "[]"
 
 
+@pytest.mark.slow
 def test_the_probe_sees_torch_when_it_is_imported():
     assert run_fresh("import sglang.srt.model_executor.placement\n" + TORCH_PROBE) == "['torch']"
 
 
+@pytest.mark.slow
 def test_the_named_tokenizer_class_loads_without_torch():
     path = default_model_path()
     name = tokenizer_class_of(load_tokenizer(path, False))
@@ -71,6 +74,7 @@ def tiny_qwen3(tmp_path_factory) -> str:
     return build_tiny_qwen3(str(tmp_path_factory.mktemp("qwen3")))
 
 
+@pytest.mark.slow
 def test_the_named_class_tokenizes_as_autotokenizer_does(tiny_qwen3):
     texts = ["hello world", "The quick brown fox, twice: the quick brown fox.", ""]
     for path in (default_model_path(), tiny_qwen3):
@@ -90,12 +94,14 @@ def test_remote_code_classes_are_left_to_autotokenizer():
     assert tokenizer_class_of(Custom()) is None
 
 
+@pytest.mark.slow
 def test_the_model_check_runs_in_a_child_and_names_the_tokenizer():
     args = ServerArgs()
     check_model_in_child(args)
     assert args.tokenizer_class == "transformers.models.bert.tokenization_bert:BertTokenizer"
 
 
+@pytest.mark.slow
 def test_the_model_check_child_reports_a_config_error(tmp_path):
     (tmp_path / "config.json").write_text('{"architectures": ["NoSuchModelForAnything"], "model_type": "bert"}')
     with pytest.raises(ConfigError, match="NoSuchModelForAnything"):
