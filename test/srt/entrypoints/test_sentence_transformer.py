@@ -1,0 +1,99 @@
+"""sglang.SentenceTransformer's own logic (constructor prompts, defaults, batching, prompt hand-off)
+on a stand-in Engine: no process starts. The real engine against sentence-transformers is
+test_engine_st_compat.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from sglang.srt.configs.model_info import OutputKind
+from sglang.srt.entrypoints import sentence_transformer as st_module
+from test.helpers.model_info import make_model_info
+
+
+class FakeEngine:
+    """Records each encode call; the vector of text t is [len(t), 1, 0, ...] (prefix included)."""
+
+    info = make_model_info(embedding_dim=4, prompts=(("query", "q: "), ("document", ""), ("classification", "c: ")))
+
+    def __init__(self, model_path=None, is_embedding=True, **kwargs) -> None:
+        self.kwargs = kwargs
+        self.model_info = self.info if model_path is None else dataclasses.replace(self.info, model_path=model_path)
+        self.calls: list[tuple[list, str]] = []
+        self.closed = False
+
+    def encode(self, texts, prompt_prefix=None):
+        self.calls.append((list(texts), prompt_prefix))
+        return [{"embedding": [float(len(prompt_prefix + t)), 1.0, 0.0, 0.0]} for t in texts]
+
+    def shutdown(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    monkeypatch.setattr(st_module, "Engine", FakeEngine)
+    return FakeEngine
+
+
+def test_batches_of_batch_size_carry_the_resolved_prompt(fake):
+    model = st_module.SentenceTransformer(device="cpu")
+    assert model.engine.kwargs == {"device": "cpu", "allow_auto_truncate": True}
+    out = model.encode(["a", "bb", "ccc", "dddd", "e"], batch_size=2, prompt_name="query")
+    assert [c[0] for c in model.engine.calls] == [["a", "bb"], ["ccc", "dddd"], ["e"]]
+    assert {c[1] for c in model.engine.calls} == {"q: "}
+    np.testing.assert_array_equal(out[:, 0], [4, 5, 6, 7, 4])
+    model.engine.calls.clear()
+    model.encode([])  # nothing to send
+    assert model.engine.calls == []
+
+
+def test_no_prompt_sends_an_empty_prefix_so_the_servers_default_cannot_add_one(fake):
+    model = st_module.SentenceTransformer()
+    model.encode("x")
+    model.encode_document("x")  # "document" is configured empty: no prefix either
+    model.encode_query("x")
+    assert [c[1] for c in model.engine.calls] == ["", "", "q: "]
+
+
+def test_constructor_prompts_override_the_checkpoints_and_pick_the_default(fake):
+    model = st_module.SentenceTransformer(prompts={"query": "Q> ", "extra": "E> "}, default_prompt_name="extra")
+    assert model.prompts == {"query": "Q> ", "document": "", "classification": "c: ", "extra": "E> "}
+    model.encode("x")
+    model.encode_query("x")
+    assert [c[1] for c in model.engine.calls] == ["E> ", "Q> "]
+
+
+def test_the_checkpoints_default_prompt_name_is_read(fake, tmp_path):
+    (tmp_path / "config_sentence_transformers.json").write_text(
+        json.dumps({"prompts": {"classification": "c: "}, "default_prompt_name": "classification"})
+    )
+    model = st_module.SentenceTransformer(str(tmp_path))
+    assert model.default_prompt_name == "classification"
+    model.encode("x")
+    assert model.engine.calls[-1][1] == "c: "
+
+
+def test_a_bad_default_prompt_name_stops_the_engine_it_started(fake, monkeypatch):
+    started = []
+    monkeypatch.setattr(st_module, "Engine", lambda **kw: started.append(FakeEngine(**kw)) or started[-1])
+    with pytest.raises(ValueError, match="Default prompt name 'nope' not found"):
+        st_module.SentenceTransformer(default_prompt_name="nope")
+    assert started[0].closed
+
+
+def test_models_without_dense_vectors_are_refused(fake, monkeypatch):
+    monkeypatch.setattr(FakeEngine, "info", make_model_info(embeddings_output=OutputKind.LOGITS, labels=("a", "b")))
+    with pytest.raises(ValueError, match="no dense sentence embeddings"):
+        st_module.SentenceTransformer()
+
+
+def test_constructor_truncate_dim_is_the_default_cut(fake):
+    model = st_module.SentenceTransformer(truncate_dim=2)
+    assert model.encode(["a", "b"]).shape == (2, 2)
+    assert model.encode(["a", "b"], truncate_dim=3).shape == (2, 3)
+    assert model.get_sentence_embedding_dimension() == model.get_embedding_dimension() == 2
