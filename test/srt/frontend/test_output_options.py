@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from sglang.srt.configs.model_info import OutputKind
-from sglang.srt.errors import EmbeddingError
+from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.frontend.binary_response import binary_body
 from sglang.srt.frontend.embed_options import resolve_use_activation
 from sglang.srt.frontend.openai.protocol import EmbeddingRequest
@@ -58,9 +58,11 @@ def test_spec_is_resolved_from_request_and_model(fields, info, want):
     assert output_spec(EmbeddingReqInput(text=["x"], **fields), info) == want
 
 
-def test_unknown_format_is_refused():
-    with pytest.raises(ValueError):
-        output_spec(EmbeddingReqInput(text=["x"], encoding_format="yaml"), MINILM)
+@pytest.mark.parametrize("fields", [{"encoding_format": "yaml"}, {"embed_dtype": "int4"}, {"endianness": "native"}])
+def test_options_no_route_lets_through_are_invalid_requests(fields):
+    with pytest.raises(EmbeddingError) as e:
+        output_spec(EmbeddingReqInput(text=["x"], **fields), MINILM)
+    assert e.value.kind is ErrorKind.INVALID_REQUEST
 
 
 def test_use_activation_becomes_normalize():

@@ -9,6 +9,7 @@ renderer. Nothing downstream falls back to a default of its own.
 from __future__ import annotations
 
 from sglang.srt.configs.model_info import ModelInfo, OutputKind
+from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.wire.io_struct import FORMAT_BYTES, FORMAT_BYTES_ONLY, FORMAT_RAW, EmbeddingReqInput
 from sglang.srt.wire.output_spec import SPARSE_FORMATS, Format, OutputSpec, Task
 
@@ -31,7 +32,16 @@ def output_spec(req: EmbeddingReqInput, model_info: ModelInfo) -> OutputSpec:
       per-token rows only when the request says so (a ColBERT head normalizes its own rows);
       sparse weights never;
     - dtype / endianness: as asked (the routes accept them only where they show).
+
+    Options no route would have let through (an in-process caller's) are an INVALID_REQUEST error.
     """
+    try:
+        return _resolve(req, model_info)
+    except ValueError as e:
+        raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"Invalid output options: {e}.", param="encoding_format") from e
+
+
+def _resolve(req: EmbeddingReqInput, model_info: ModelInfo) -> OutputSpec:
     fmt = output_format(req.encoding_format)
     if req.token_output is not None:
         task = Task.TOKENS
