@@ -118,3 +118,27 @@ def test_library_is_usable_from_a_fresh_process(cache):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(built.path)
+
+
+def test_unknown_forced_isa_is_a_reason(cache, monkeypatch):
+    monkeypatch.setenv(loader.ISA_ENV, "avx9000")
+    built = loader.build_kernel()
+    assert built.path is None and "SGLANG_KERNEL_ISA='avx9000'" in built.reason and "native" in built.reason
+
+
+@pytest.mark.slow
+@needs_compiler
+@pytest.mark.skipif(loader.platform.machine() != "x86_64", reason="x86-64 levels")
+def test_forced_isa_builds_its_own_library_without_wider_vectors(cache, monkeypatch):
+    """SGLANG_KERNEL_ISA=x86-64-v3 (what an AVX2 machine runs) on any x86-64 CPU: a library of its
+    own beside the native one, with no AVX-512 (zmm) instruction in it."""
+    native = loader.build_kernel()
+    monkeypatch.setenv(loader.ISA_ENV, "x86-64-v3")
+    avx2 = loader.build_kernel()
+    assert native.path and avx2.path and native.path != avx2.path, avx2.reason
+    objdump = loader.shutil.which("objdump")
+    if objdump:
+        text = subprocess.run([objdump, "-d", str(avx2.path)], capture_output=True, text=True, check=True).stdout
+        assert "ymm" in text and "zmm" not in text
+    monkeypatch.setenv(loader.ISA_ENV, "native")
+    assert loader.build_kernel().path == native.path

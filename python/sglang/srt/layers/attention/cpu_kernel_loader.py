@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from sglang.srt.layers.attention.portable_kernels import compile_levels, find_prebuilt, prebuilt_dir
+from sglang.srt.layers.attention.portable_kernels import Level, compile_levels, find_prebuilt, levels_for, prebuilt_dir
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +37,10 @@ BASE_FLAGS = ["-O3", "-std=c11", "-ffp-contract=fast", "-fPIC", "-shared", "-fop
 # -march=native first; some compilers (Clang on Arm) spell it -mcpu=native, and a portable build
 # still beats torch's kernel.
 ARCH_FLAG_CHOICES = (["-march=native"], ["-mcpu=native"], [])
+# Builds for a lower ISA than this CPU's, to measure what another machine would run (an AVX2 one on
+# an AVX-512 machine, with ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA doing the same for torch):
+# one of portable_kernels' level names (x86-64-v3 is AVX2 + FMA), or "native" (the default).
+ISA_ENV = "SGLANG_KERNEL_ISA"
 BUILD_TIMEOUT_S = 120
 # Columns a position-bias table needs past its last relative offset: the kernel reads whole
 # vectors of 16 keys (VL in varlen_common.h).
@@ -69,6 +73,18 @@ def _cpu_signature() -> str:
         return platform.processor() + platform.machine()
 
 
+def forced_level() -> Optional[Level]:
+    """The portable level $SGLANG_KERNEL_ISA names, or None for -march=native (unset or "native")."""
+    isa = os.environ.get(ISA_ENV, "native").strip() or "native"
+    if isa == "native":
+        return None
+    for level in levels_for():
+        if level.name == isa:
+            return level
+    names = ", ".join(["native", *(lv.name for lv in levels_for())])
+    raise ValueError(f"{ISA_ENV}={isa!r} is not a CPU level this machine builds for; choose one of: {names}")
+
+
 @dataclass
 class BuildResult:
     path: Optional[Path]
@@ -81,11 +97,18 @@ def build_kernel(
     """The cached library for this machine, compiling it first if needed (`what` names it in messages;
     the int8 layers' row kernel is built the same way)."""
     code = b"\0".join(f.read_bytes() for f in (*sources, *headers))
+    try:
+        level = forced_level()
+    except ValueError as e:
+        return BuildResult(None, str(e))
+    arch_choices = ARCH_FLAG_CHOICES if level is None else (list(level.flags),)
     key = hashlib.sha256(
         b"\0".join(
             [
                 code,
                 " ".join(BASE_FLAGS).encode(),
+                # a forced level gets its own library; the native build's key is what it always was
+                *([] if level is None else [" ".join(level.flags).encode()]),
                 _cpu_signature().encode(),
                 platform.machine().encode(),
             ]
@@ -97,12 +120,12 @@ def build_kernel(
     cc = find_compiler()
     if cc is None:
         # An image built with a compiler and run without one: its portable builds (portable_kernels.py).
-        prebuilt = find_prebuilt(sources[0].stem, code, BASE_FLAGS)
+        prebuilt = find_prebuilt(sources[0].stem, code, BASE_FLAGS, None if level is None else level.needs)
         if prebuilt is not None:
             return BuildResult(prebuilt)
         return BuildResult(None, "no C compiler found (set CC, or install gcc or clang)")
     errors = []
-    for arch in ARCH_FLAG_CHOICES:
+    for arch in arch_choices:
         # Build beside the target and rename: concurrent builders never see a half-written file.
         try:
             target.parent.mkdir(parents=True, exist_ok=True)

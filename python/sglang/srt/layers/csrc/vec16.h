@@ -1,6 +1,5 @@
 /*
- * Portable 16-float vectors (GCC/Clang vector extensions, lowered to AVX-512, 2 x AVX2 or
- * 4 x NEON/SSE) and the elementwise functions the CPU kernels share: exp for x <= 0 and the exact
+ * Portable float vectors (GCC/Clang vector extensions) of VL lanes and the elementwise functions the CPU kernels share: exp for x <= 0 and the exact
  * (erf) GELU. Used by the varlen attention kernels (attention/csrc/varlen_common.h) and the int8
  * row kernel (int8_rows.c).
  */
@@ -9,7 +8,15 @@
 
 #include <stdint.h>
 
-#define VL 16 /* floats per vector */
+/* Floats per vector: 16 (one AVX-512 register; 4 x NEON elsewhere), but 8 on x86-64 without
+ * AVX-512. There GCC keeps a 64-byte vector it has no register for in memory, spilling every
+ * operation: the attention kernel built for AVX2 (x86-64-v3, haswell, znver2) ran 7x slower than
+ * its AVX-512 build on the same machine (benchmark/NOTES.md, "The CPU kernels on AVX2"). */
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(__AVX512F__)
+#define VL 8
+#else
+#define VL 16
+#endif
 
 typedef float vf __attribute__((vector_size(VL * sizeof(float))));
 typedef int32_t vi __attribute__((vector_size(VL * sizeof(int32_t))));

@@ -18,9 +18,9 @@
  * Storage is float32 or bfloat16; scores, softmax and sums are float32. For bfloat16 on CPUs with
  * avx512_bf16, varlen_attention_bf16.c takes over the two products (bf16 dot-product instructions).
  *
- * Portable C11 with GCC/Clang vector extensions: the compiler lowers the 16-float vector to
- * AVX-512, 2 x AVX2, or 4 x NEON/SSE registers. Threads come from the OpenMP runtime the process
- * already loaded (torch's), so no second thread pool competes with torch's.
+ * Portable C11 with GCC/Clang vector extensions: the compiler lowers the VL-float vector
+ * (csrc/vec16.h) to one AVX-512 or AVX2 register, 2 x SSE or 4 x NEON. Threads come from the
+ * OpenMP runtime the process already loaded (torch's), so no second thread pool competes with torch's.
  */
 #include "varlen_common.h"
 

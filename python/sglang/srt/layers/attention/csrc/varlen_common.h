@@ -1,6 +1,6 @@
 /*
  * Shared by the varlen attention kernels (varlen_attention.c, varlen_attention_bf16.c): on top of
- * the 16-float vectors of layers/csrc/vec16.h, query-row blocking, horizontal reductions,
+ * the VL-float vectors of layers/csrc/vec16.h, query-row blocking, horizontal reductions,
  * float32 <-> bfloat16, the problem and work-item descriptions, and the softmax step.
  */
 #ifndef SGL_VARLEN_COMMON_H
@@ -23,25 +23,40 @@
 
 enum { DTYPE_F32 = 0, DTYPE_BF16 = 1 };
 
+/* Horizontal max and sum as a tree of vector shuffles (depth log2 VL), not a chain of scalar ops. */
+#if VL == 16
 static const vi LANE = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-static inline vi viota(int start) { return LANE + start; }
-/* Horizontal max and sum as a tree of vector shuffles (depth 4), not a chain of 16 scalar ops. */
 #if defined(__clang__)
 #define VSWAP(v, w) __builtin_shufflevector(v, v, 0 ^ (w), 1 ^ (w), 2 ^ (w), 3 ^ (w), 4 ^ (w), 5 ^ (w), \
                                             6 ^ (w), 7 ^ (w), 8 ^ (w), 9 ^ (w), 10 ^ (w), 11 ^ (w), \
                                             12 ^ (w), 13 ^ (w), 14 ^ (w), 15 ^ (w))
+#endif
+#elif VL == 8
+static const vi LANE = {0, 1, 2, 3, 4, 5, 6, 7};
+#if defined(__clang__)
+#define VSWAP(v, w) __builtin_shufflevector(v, v, 0 ^ (w), 1 ^ (w), 2 ^ (w), 3 ^ (w), 4 ^ (w), 5 ^ (w), \
+                                            6 ^ (w), 7 ^ (w))
+#endif
 #else
+#error "VL must be 8 or 16"
+#endif
+#if !defined(__clang__)
 #define VSWAP(v, w) __builtin_shuffle(v, LANE ^ (w))
 #endif
+static inline vi viota(int start) { return LANE + start; }
 static inline float hmax(vf v) {
+#if VL == 16
     v = vmax(v, VSWAP(v, 8));
+#endif
     v = vmax(v, VSWAP(v, 4));
     v = vmax(v, VSWAP(v, 2));
     v = vmax(v, VSWAP(v, 1));
     return v[0];
 }
 static inline float hsum(vf v) {
+#if VL == 16
     v += VSWAP(v, 8);
+#endif
     v += VSWAP(v, 4);
     v += VSWAP(v, 2);
     v += VSWAP(v, 1);
