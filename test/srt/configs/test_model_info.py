@@ -155,3 +155,4 @@ def test_one_image_path_per_architecture():
     assert make_model_info(vision=TOWER).image_path is ImagePath.TOWER
     assert make_model_info(vision=GME).image_path is ImagePath.LM_TOKENS and make_model_info().image_path is None
     assert make_model_info(vision=TOWER).to_dict()["vision"]["kind"] == "image_text"
+    assert VisionInfo(model_dir="/m", kind="image_text").kind is ImagePath.TOWER  # a plain value is made the enum

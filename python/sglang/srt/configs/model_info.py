@@ -68,6 +68,9 @@ class VisionInfo:
     class_token: bool = False
     image_tokens: Optional[int] = None  # every image's sequence length, where fixed (not SigLIP 2)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", ImagePath(self.kind))  # "image_text" as given in JSON -> the enum
+
 
 @dataclass(frozen=True, kw_only=True)
 class ReplicaInfo:
