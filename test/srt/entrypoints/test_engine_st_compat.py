@@ -134,6 +134,13 @@ def test_default_prompt_name_and_model_truncate_dim(ours, ref, texts):
     assert ours.get_embedding_dimension() == 384 and ours.max_seq_length == ref.max_seq_length == 256
 
 
+def test_similarity_matches(ours, ref, texts):
+    a, b = ours.encode(texts[:5]), ours.encode(texts[5:9])
+    assert ours.similarity_fn_name == ref.similarity_fn_name == "cosine"
+    _same(ours.similarity(a, b), ref.similarity(a, b), atol=1e-6)
+    _same(ours.similarity_pairwise(a[:4], b), ref.similarity_pairwise(a[:4], b), atol=1e-6)
+
+
 def test_empty_inputs_and_other_batch_shapes(ours, ref, texts):
     for kwargs in ({}, {"convert_to_tensor": True}, {"convert_to_numpy": False}):
         _same(ours.encode([], **kwargs), ref.encode([], **kwargs))

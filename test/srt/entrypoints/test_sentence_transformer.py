@@ -97,3 +97,22 @@ def test_constructor_truncate_dim_is_the_default_cut(fake):
     assert model.encode(["a", "b"]).shape == (2, 2)
     assert model.encode(["a", "b"], truncate_dim=3).shape == (2, 3)
     assert model.get_sentence_embedding_dimension() == model.get_embedding_dimension() == 2
+
+
+def test_similarity_fn_name_from_the_constructor_the_checkpoint_or_cosine(fake, tmp_path, monkeypatch):
+    assert st_module.SentenceTransformer().similarity_fn_name == "cosine"
+    (tmp_path / "config_sentence_transformers.json").write_text(json.dumps({"similarity_fn_name": "dot"}))
+    model = st_module.SentenceTransformer(str(tmp_path))
+    assert model.similarity_fn_name == "dot"
+    a = np.array([[3.0, 4.0], [1.0, 0.0]], dtype=np.float32)
+    assert model.similarity(a, a)[0, 0].item() == 25.0  # dot, not cosine
+    assert (
+        st_module.SentenceTransformer(str(tmp_path), similarity_fn_name="euclidean").similarity_fn_name == "euclidean"
+    )
+    model.similarity_fn_name = "cosine"
+    assert abs(model.similarity(a, a)[0, 0].item() - 1.0) < 1e-6
+    with pytest.raises(ValueError, match="similarity_fn_name 'maxsim'"):
+        model.similarity_fn_name = "maxsim"
+    monkeypatch.setattr(st_module, "Engine", None)  # refused before any engine starts
+    with pytest.raises(ValueError, match="similarity_fn_name 'bm25'"):
+        st_module.SentenceTransformer(similarity_fn_name="bm25")

@@ -1,13 +1,14 @@
 """`sglang.SentenceTransformer`: sentence-transformers' model object, served by the Engine.
 
 For code written against `sentence_transformers.SentenceTransformer`, changing the import is the
-migration: the constructor takes the model path, `device`, `prompts`, `default_prompt_name` and
-`truncate_dim`; `encode`, `encode_query` and `encode_document` take sentence-transformers'
-arguments and return what it returns (a 2-D float32 numpy array for a list, 1-D for a string;
-tensors with `convert_to_tensor` or `convert_to_numpy=False`; int8 / uint8 / packed binary with
-`precision`). The vectors come from the Engine's own processes (tokenizer in the caller, scheduler
-and renderer as children), so `batch_size` is how many inputs go to the engine per call (and per
-progress-bar step); the scheduler still forms its own forward batches.
+migration: the constructor takes the model path, `device`, `prompts`, `default_prompt_name`,
+`truncate_dim` and `similarity_fn_name`; `encode`, `encode_query` and `encode_document` take
+sentence-transformers' arguments and return what it returns (a 2-D float32 numpy array for a list,
+1-D for a string; tensors with `convert_to_tensor` or `convert_to_numpy=False`; int8 / uint8 /
+packed binary with `precision`); `similarity` / `similarity_pairwise` score them. The vectors
+come from the Engine's own processes (tokenizer in the caller, scheduler and renderer as children),
+so `batch_size` is how many inputs go to the engine per call (and per progress-bar step); the
+scheduler still forms its own forward batches.
 
 `Engine.encode` keeps SGLang's answer (dicts with "embedding" and "meta_info"): SGLang callers and
 the Ray integration read it; this class is the sentence-transformers face of the same engine.
@@ -33,6 +34,12 @@ from sglang.srt.entrypoints.st_encode import (
     resolve_prompt,
     split_inputs,
 )
+from sglang.srt.entrypoints.st_similarity import (
+    check_similarity_fn_name,
+    checkpoint_similarity_fn_name,
+    similarity,
+    similarity_pairwise,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +54,6 @@ UNSUPPORTED_INIT: dict[str, str] = {
     "tokenizer_kwargs": "the tokenizer is the checkpoint's",
     "config_kwargs": "pass json_model_override_args='{...}'",
     "model_card_data": "model cards are not written here",
-    "similarity_fn_name": "similarity() is not provided; compute it from the returned vectors",
 }
 
 
@@ -79,6 +85,7 @@ class SentenceTransformer:
         prompts: Optional[dict[str, str]] = None,
         default_prompt_name: Optional[str] = None,
         truncate_dim: Optional[int] = None,
+        similarity_fn_name: Optional[str] = None,
         backend: str = "torch",
         local_files_only: bool = False,
         **engine_kwargs: Any,
@@ -93,23 +100,27 @@ class SentenceTransformer:
             isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int) or truncate_dim < 1
         ):
             raise ValueError(f"truncate_dim must be a positive integer, got {truncate_dim!r}.")
+        if similarity_fn_name is not None:
+            similarity_fn_name = check_similarity_fn_name(similarity_fn_name)  # before any process starts
         engine_kwargs.update(_engine_device(device))
         engine_kwargs.setdefault("allow_auto_truncate", True)
         self.engine = Engine(model_path=model_name_or_path, is_embedding=True, **engine_kwargs)
+        self.truncate_dim = truncate_dim
         try:
             self._check_model()
+            model_dir = self.engine.model_info.model_path
             self.prompts: dict[str, str] = {**dict(self.engine.model_info.prompts), **(prompts or {})}
-            checkpoint_default = read_sentence_transformers_info(self.engine.model_info.model_path).default_prompt_name
+            checkpoint_default = read_sentence_transformers_info(model_dir).default_prompt_name
             self.default_prompt_name: Optional[str] = default_prompt_name or checkpoint_default
             if self.default_prompt_name is not None and self.default_prompt_name not in self.prompts:
                 raise ValueError(
                     f"Default prompt name '{self.default_prompt_name}' not found in the configured prompts "
                     f"dictionary with keys {list(self.prompts)!r}."
                 )
+            self.similarity_fn_name = similarity_fn_name or checkpoint_similarity_fn_name(model_dir) or "cosine"
         except BaseException:
             self.engine.shutdown()
             raise
-        self.truncate_dim = truncate_dim
 
     def _check_model(self) -> None:
         info = self.engine.model_info
@@ -133,6 +144,23 @@ class SentenceTransformer:
         return min(dim, self.truncate_dim) if self.truncate_dim else dim
 
     get_sentence_embedding_dimension = get_embedding_dimension
+
+    @property
+    def similarity_fn_name(self) -> str:
+        """ "cosine", "dot", "euclidean" or "manhattan": the constructor's, the checkpoint's, else cosine."""
+        return self._similarity_fn_name
+
+    @similarity_fn_name.setter
+    def similarity_fn_name(self, value: str) -> None:
+        self._similarity_fn_name = check_similarity_fn_name(value)
+
+    def similarity(self, embeddings1: Any, embeddings2: Any) -> Any:
+        """[len(embeddings1), len(embeddings2)] tensor of scores under `similarity_fn_name`."""
+        return similarity(embeddings1, embeddings2, self._similarity_fn_name)
+
+    def similarity_pairwise(self, embeddings1: Any, embeddings2: Any) -> Any:
+        """Tensor of the scores of embeddings1[i] with embeddings2[i] under `similarity_fn_name`."""
+        return similarity_pairwise(embeddings1, embeddings2, self._similarity_fn_name)
 
     def _default_prompt(self) -> Optional[str]:
         if self.default_prompt_name is not None:
