@@ -10,6 +10,7 @@ import numpy as np
 from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.frontend.chunking import ChunkPlan, Split, too_long_for_chunks
+from sglang.srt.frontend.plain_encode import PlainEncoder
 from sglang.srt.frontend.rerank_prompt_tokens import PromptedPairs, check_instruction
 from sglang.srt.frontend.shared_inputs import (
     Bounded,
@@ -47,6 +48,7 @@ class InputTokenizer:
             server_args.tokenizer_path, server_args.trust_remote_code, server_args.tokenizer_class
         )
         self._left_tokenizer = None  # a copy cutting on the left, made when a request first asks for one
+        self._plain = PlainEncoder.of(self.tokenizer)  # texts skip the HF wrapper's overhead (plain_encode.py)
         self.context_length = model_info.max_input_length
         self.vocab_size = model_info.vocab_size
         self.do_lower_case = model_info.do_lower_case
@@ -215,19 +217,23 @@ class InputTokenizer:
         if self.do_lower_case:
             texts = [t.lower() for t in texts]
         truncate = self._truncates(req)
-        enc = self._tokenizer_for(req)(
-            texts,
-            add_special_tokens=req.add_special_tokens if req is not None else True,
-            truncation=truncate,
-            max_length=self._max_length(req) if truncate else None,
-            return_attention_mask=False,
-            return_token_type_ids=False,
-        )
+        special = req.add_special_tokens if req is not None else True
+        max_length = self._max_length(req) if truncate else None
+        # the side the wrapper would cut on: the request's "left", else the tokenizer's own setting
+        left = req is not None and req.truncation_side == "left"
+        side = "left" if left else getattr(self.tokenizer, "truncation_side", "right")
+        ids_list = self._plain.encode(texts, special, max_length, side) if self._plain is not None else None
+        if ids_list is None:  # not a transformers Rust tokenizer (or an unusual max_tokens): the wrapper
+            ids_list = self._tokenizer_for(req)(
+                texts,
+                add_special_tokens=special,
+                truncation=truncate,
+                max_length=max_length,
+                return_attention_mask=False,
+                return_token_type_ids=False,
+            )["input_ids"]
         index = (lambda i: i) if len(texts) > 1 else (lambda i: 0)
-        return [
-            (np.asarray(self._limit(ids, req, index(i)), dtype=np.int32), None)
-            for i, ids in enumerate(enc["input_ids"])
-        ]
+        return [(np.asarray(self._limit(ids, req, index(i)), dtype=np.int32), None) for i, ids in enumerate(ids_list)]
 
     def _prompted_texts(self, texts: list[str], prompt: str, req: EmbeddingReqInput) -> Optional[list[TokenizedItem]]:
         """The request's prompt, tokenized once and checked before its inputs; when its copies

@@ -1,0 +1,82 @@
+"""The text inputs' tokenization without the Hugging Face wrapper around the Rust tokenizer.
+
+Why: for one short text, transformers' `tokenizer(texts, ...)` spends a third of its time outside
+the Rust tokenizer (issue #32: ~180 CPU-us per corpus text through the wrapper, ~125 without on
+the 2-core benchmark VM): it re-checks its arguments, re-applies the truncation and padding settings
+to the backend, builds per-encoding dicts and a BatchEncoding. For text, the wrapper's work is:
+set the backend's truncation (none, or `max_length` on the tokenizer's side with the
+"longest_first" strategy), set its `encode_special_tokens` to the tokenizer's
+`split_special_tokens`, then `encode_batch`. This does the same on private copies of the backend,
+one per truncation setting (set once, never changed, so threads can share them), and reads only
+the ids. Tokenizers that are not transformers' Rust-backed class, or that override its encoding,
+always take the wrapper.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from typing import Any, Optional
+
+try:
+    from transformers.tokenization_utils_tokenizers import TokenizersBackend
+except ImportError:  # an older transformers: no fast path
+    TokenizersBackend = None
+
+MAX_SETTINGS = 8  # truncation settings kept (the context, a few max_tokens); others take the wrapper
+
+
+class PlainEncoder:
+    """`encode(texts, add_special_tokens, max_length, side)`: the ids the wrapper would give with
+    `truncation=max_length is not None` on that side, or None when the setting is not kept."""
+
+    def __init__(self, backend: Any, split_special_tokens: bool) -> None:
+        self._source = backend
+        self._split = split_special_tokens
+        self._copies: dict[tuple[Optional[int], str], Any] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, tokenizer: Any) -> Optional["PlainEncoder"]:
+        """The fast path for `tokenizer`, or None when its encoding is not the base class's."""
+        if TokenizersBackend is None or not isinstance(tokenizer, TokenizersBackend):
+            return None
+        kind = type(tokenizer)
+        for name in ("__call__", "_encode_plus", "set_truncation_and_padding"):
+            if getattr(kind, name) is not getattr(TokenizersBackend, name):
+                return None
+        if hasattr(tokenizer, "_switch_to_input_mode"):  # seq2seq tokenizers swap the backend's post-processor
+            return None
+        backend = getattr(tokenizer, "_tokenizer", None)
+        if backend is None or not hasattr(backend, "encode_batch"):
+            return None
+        return cls(backend, bool(tokenizer.split_special_tokens))
+
+    def _backend(self, max_length: Optional[int], side: str) -> Optional[Any]:
+        key = (max_length, side if max_length is not None else "right")
+        found = self._copies.get(key)
+        if found is not None:
+            return found
+        with self._lock:
+            if key not in self._copies:
+                if len(self._copies) >= MAX_SETTINGS:
+                    return None
+                own = copy.deepcopy(self._source)  # ours alone: the wrapper mutates its own per call
+                own.no_padding()
+                if max_length is None:
+                    own.no_truncation()
+                else:
+                    own.enable_truncation(max_length, stride=0, strategy="longest_first", direction=side)
+                own.encode_special_tokens = self._split
+                self._copies[key] = own
+            return self._copies[key]
+
+    def encode(
+        self, texts: list[str], add_special_tokens: bool, max_length: Optional[int], side: str = "right"
+    ) -> Optional[list[list[int]]]:
+        backend = self._backend(max_length, side)
+        if backend is None:
+            return None
+        fast = getattr(backend, "encode_batch_fast", None)  # no character offsets (tokenizers >= 0.21)
+        encodings = (fast or backend.encode_batch)(texts, add_special_tokens=add_special_tokens)
+        return [e.ids for e in encodings]
