@@ -86,7 +86,7 @@ class ImageTextRunner:
     def run(self, reqs: Sequence[ForwardInput]) -> np.ndarray:
         """float32 [B, dim]: one vector per input, in order (normalized by the renderer)."""
         for r in reqs:
-            if r.is_sparse or getattr(r, "token_output", None) is not None:
+            if r.is_sparse or r.token_output is not None:
                 raise ValueError("text-image models answer with one dense vector per input")
         images = [i for i, r in enumerate(reqs) if r.pixel_values is not None]
         texts = [i for i, r in enumerate(reqs) if r.pixel_values is None]

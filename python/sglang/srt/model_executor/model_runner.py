@@ -243,7 +243,7 @@ class ModelRunner:
         # Qwen2-VL: a batch with images runs one vision forward for all of them, one LM forward for all tokens.
         if self.image_path is ImagePath.LM_TOKENS and has_images(reqs):
             return self.run_multimodal(reqs)
-        token_rows = [getattr(r, "token_output", None) for r in reqs]
+        token_rows = [r.token_output for r in reqs]
         if any(r.is_sparse for r in reqs) or any(k is not None for k in token_rows):
             return self.run_with_heads(reqs, token_rows)
         fb = self.build_batch([r.input_ids for r in reqs], [r.token_type_ids for r in reqs])
@@ -253,7 +253,7 @@ class ModelRunner:
     def run_with_heads(self, reqs: Sequence[ForwardInput], token_rows: Sequence[Optional[str]]) -> ForwardOutput:
         """A batch where some input asked for {token_id: weight} or per-token vectors: those heads
         read the hidden states. ColBERT queries with expansion tokens limit their keys (key_len)."""
-        key_lens = [getattr(r, "key_len", None) for r in reqs]
+        key_lens = [r.key_len for r in reqs]
         fb = self.build_batch([r.input_ids for r in reqs], [r.token_type_ids for r in reqs], key_lens)
         return self.output_head.run(self.hidden_states(fb), fb, [r.is_sparse for r in reqs], token_rows)
 
