@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import base64
 from collections import defaultdict
-from typing import Optional, Sequence, Union
+from typing import Sequence, Union
 
 import numpy as np
 import orjson
@@ -24,11 +24,6 @@ from sglang.srt.wire.matryoshka import shape_rows
 from sglang.srt.wire.output_spec import Format, OutputSpec
 
 Payload = Union[bytes, np.ndarray]
-
-
-def shape_vector(vec: np.ndarray, dimensions: Optional[int], normalize: bool = True) -> np.ndarray:
-    """One pooled vector as shape_rows shapes it (Matryoshka: cut, then normalized when asked)."""
-    return shape_rows(vec, dimensions, normalize)
 
 
 def to_bfloat16_bits(vec: np.ndarray) -> np.ndarray:
