@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
+import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,14 +23,25 @@ class FakeEngine:
 
     info = make_model_info(embedding_dim=4, prompts=(("query", "q: "), ("document", ""), ("classification", "c: ")))
 
+    max_queue_size = 4096
+
     def __init__(self, model_path=None, is_embedding=True, **kwargs) -> None:
         self.kwargs = kwargs
+        self.server_args = SimpleNamespace(max_queue_size=self.max_queue_size)
+        self.active = self.most_active = 0
+        self.lock = threading.Lock()
         self.model_info = self.info if model_path is None else dataclasses.replace(self.info, model_path=model_path)
         self.calls: list[tuple[list, str]] = []
         self.closed = False
 
     def encode(self, texts, prompt_prefix=None):
-        self.calls.append((list(texts), prompt_prefix))
+        with self.lock:
+            self.calls.append((list(texts), prompt_prefix))
+            self.active += 1
+            self.most_active = max(self.most_active, self.active)
+        time.sleep(0.02)
+        with self.lock:
+            self.active -= 1
         return [{"embedding": [float(len(prompt_prefix + t)), 1.0, 0.0, 0.0]} for t in texts]
 
     def shutdown(self) -> None:
@@ -44,7 +58,7 @@ def test_batches_of_batch_size_carry_the_resolved_prompt(fake):
     model = st_module.SentenceTransformer(device="cpu")
     assert model.engine.kwargs == {"device": "cpu", "allow_auto_truncate": True}
     out = model.encode(["a", "bb", "ccc", "dddd", "e"], batch_size=2, prompt_name="query")
-    assert [c[0] for c in model.engine.calls] == [["a", "bb"], ["ccc", "dddd"], ["e"]]
+    assert sorted(c[0] for c in model.engine.calls) == [["a", "bb"], ["ccc", "dddd"], ["e"]]
     assert {c[1] for c in model.engine.calls} == {"q: "}
     np.testing.assert_array_equal(out[:, 0], [4, 5, 6, 7, 4])
     model.engine.calls.clear()
@@ -116,3 +130,15 @@ def test_similarity_fn_name_from_the_constructor_the_checkpoint_or_cosine(fake, 
     monkeypatch.setattr(st_module, "Engine", None)  # refused before any engine starts
     with pytest.raises(ValueError, match="similarity_fn_name 'bm25'"):
         st_module.SentenceTransformer(similarity_fn_name="bm25")
+
+
+def test_engine_calls_in_flight_stay_within_the_window_and_the_queue(fake, monkeypatch):
+    texts = [f"t{i}" for i in range(40)]
+    model = st_module.SentenceTransformer()
+    out = model.encode(texts, batch_size=2)  # 20 calls, at most IN_FLIGHT at once, rows in input order
+    np.testing.assert_array_equal(out[:, 0], [len(t) for t in texts])
+    assert 1 <= model.engine.most_active <= st_module.IN_FLIGHT
+    monkeypatch.setattr(FakeEngine, "max_queue_size", 3)  # room for one call of 2 inputs: one at a time
+    model = st_module.SentenceTransformer()
+    np.testing.assert_array_equal(model.encode(texts, batch_size=2)[:, 0], [len(t) for t in texts])
+    assert model.engine.most_active == 1

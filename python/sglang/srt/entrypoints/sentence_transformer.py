@@ -17,6 +17,8 @@ the Ray integration read it; this class is the sentence-transformers face of the
 from __future__ import annotations
 
 import logging
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Optional
 
 import numpy as np
@@ -42,6 +44,10 @@ from sglang.srt.entrypoints.st_similarity import (
 )
 
 logger = logging.getLogger(__name__)
+
+# Engine calls of one encode in flight at once. MiniLM, 160 texts, batch_size 32, shared 2-core CPU,
+# mean of 3: 4 in flight 7.7 s, one Engine call of the whole list 7.4 s, 1 in flight 11.6 s.
+IN_FLIGHT = 4
 
 # sentence-transformers constructor arguments that steer its own loading, and what to do instead.
 UNSUPPORTED_INIT: dict[str, str] = {
@@ -228,19 +234,31 @@ class SentenceTransformer:
         return self.encode(inputs, prompt_name=prompt_name, prompt=prompt, **kw)
 
     def _embed(self, batch: list, text_prompt: str, batch_size: int, show_progress_bar: bool) -> np.ndarray:
-        """float32 [len(batch), dim]: the engine's vectors, `batch_size` inputs per engine call."""
-        starts = range(0, len(batch), batch_size)
-        steps = starts
+        """float32 [len(batch), dim]: the engine's vectors, `batch_size` inputs per engine call, up to
+        IN_FLIGHT calls at once (within --max-queue-size) so the scheduler never waits for the next
+        call's tokenization; rows come back in input order."""
+        chunks = [batch[i : i + batch_size] for i in range(0, len(batch), batch_size)]
+        if not chunks:
+            return np.zeros((0, self.engine.model_info.embedding_dim), dtype=np.float32)
+        depth = max(1, min(IN_FLIGHT, len(chunks), self.engine.server_args.max_queue_size // batch_size))
+        bar = None
         if show_progress_bar:
             from tqdm.auto import tqdm  # a dependency of huggingface_hub
 
-            steps = tqdm(starts, desc="Batches")
-        rows = []
-        for start in steps:
-            out = self.engine.encode(batch[start : start + batch_size], prompt_prefix=text_prompt)
-            rows += [item["embedding"] for item in out]
-        if not rows:
-            return np.zeros((0, self.engine.model_info.embedding_dim), dtype=np.float32)
+            bar = tqdm(total=len(chunks), desc="Batches")
+        rows: list = []
+        pending: deque[Future] = deque()
+        try:
+            with ThreadPoolExecutor(depth, thread_name_prefix="sglang-st-encode") as pool:
+                for i, chunk in enumerate(chunks):
+                    pending.append(pool.submit(self.engine.encode, chunk, prompt_prefix=text_prompt))
+                    while pending and (len(pending) >= depth or i == len(chunks) - 1):
+                        rows += [item["embedding"] for item in pending.popleft().result()]
+                        if bar is not None:
+                            bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
         return np.asarray(rows, dtype=np.float32)
 
     def shutdown(self) -> None:
