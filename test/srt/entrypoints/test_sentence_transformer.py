@@ -27,7 +27,9 @@ class FakeEngine:
 
     def __init__(self, model_path=None, is_embedding=True, **kwargs) -> None:
         self.kwargs = kwargs
-        self.server_args = SimpleNamespace(max_queue_size=self.max_queue_size)
+        self.server_args = SimpleNamespace(
+            max_queue_size=self.max_queue_size, default_prompt=kwargs.get("default_prompt")
+        )
         self.active = self.most_active = 0
         self.lock = threading.Lock()
         self.model_info = self.info if model_path is None else dataclasses.replace(self.info, model_path=model_path)
@@ -90,6 +92,12 @@ def test_the_checkpoints_default_prompt_name_is_read(fake, tmp_path):
     assert model.default_prompt_name == "classification"
     model.encode("x")
     assert model.engine.calls[-1][1] == "c: "
+    model.default_prompt_name = None  # as in sentence-transformers: no default any more
+    model.encode("x")
+    assert model.engine.calls[-1][1] == ""
+    model = st_module.SentenceTransformer(default_prompt="raw: ")  # the engine's own option still applies
+    model.encode("x")
+    assert model.engine.calls[-1][1] == "raw: "
 
 
 def test_a_bad_default_prompt_name_stops_the_engine_it_started(fake, monkeypatch):

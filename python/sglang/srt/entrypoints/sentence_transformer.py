@@ -169,9 +169,11 @@ class SentenceTransformer:
         return similarity_pairwise(embeddings1, embeddings2, self._similarity_fn_name)
 
     def _default_prompt(self) -> Optional[str]:
+        """The prefix of calls naming no prompt: `default_prompt_name`'s (None there: none, as in
+        sentence-transformers, unless the engine was given a raw `default_prompt`)."""
         if self.default_prompt_name is not None:
             return self.prompts[self.default_prompt_name]
-        return self.engine.model_info.default_prompt  # --default-prompt given to the engine
+        return self.engine.server_args.default_prompt
 
     def encode(
         self,
