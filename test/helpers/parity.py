@@ -30,7 +30,7 @@ def served(runner, reqs: list) -> np.ndarray:
     checkpoint says so (the renderer's step, wire/matryoshka.shape_rows)."""
     from sglang.srt.wire.matryoshka import shape_rows
 
-    return shape_rows(runner.run_requests(reqs), None, runner.model_config.normalize)
+    return shape_rows(runner.run_requests(reqs).embeddings, None, runner.model_config.normalize)
 
 
 def make_runner(model_dir: str, **kwargs):

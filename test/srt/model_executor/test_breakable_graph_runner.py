@@ -336,9 +336,9 @@ def test_image_text_text_tower_replays_in_pieces(tmp_path):
         for i, ids in enumerate(_ids([3, 7, 2, 5], rng, runner.model_config.vocab_size))
     ]
     runner.graph_runner = None
-    eager = runner.run_requests(reqs)
+    eager = runner.run_requests(reqs).embeddings
     runner.graph_runner = graphs
-    replayed = runner.run_requests(reqs)
+    replayed = runner.run_requests(reqs).embeddings
     assert capture.replays == len(graphs.graphs[128].segments)
     assert np.abs(replayed - eager).max() <= 1e-5
 

@@ -72,8 +72,8 @@ def test_per_request_normalize_in_one_batch(corpus_ids):
     ids = corpus_ids[:3]
     specs = [OutputSpec(format=Format.ARRAY, normalize=f) for f in (True, False, True)]
     reqs = [TokenizedEmbeddingReqInput(f"r{i}", 0, x, output=s) for i, (x, s) in enumerate(zip(ids, specs))]
-    out = runner.run_requests(reqs)
-    np.testing.assert_array_equal(out, runner.run_requests([reqs[1], reqs[0], reqs[2]])[[1, 0, 2]])
+    out = runner.run_requests(reqs).embeddings
+    np.testing.assert_array_equal(out, runner.run_requests([reqs[1], reqs[0], reqs[2]]).embeddings[[1, 0, 2]])
     rendered = np.stack([render_vector(row, s) for row, s in zip(out, specs)])
     default = runner.embed(ids)  # SentenceTransformer.encode's vectors: normalized
     np.testing.assert_allclose(rendered[[0, 2]], default[[0, 2]], atol=1e-6)

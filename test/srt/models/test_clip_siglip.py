@@ -223,7 +223,7 @@ def test_request_normalize_false_returns_the_raw_projection(built, image_dir):
     items = [MultimodalItem(text="the cat"), MultimodalItem(image=f"{image_dir}/wide.png")]
     reqs = prepare(model_dir, runner, items, image_dir)
     normalized = served(runner, reqs)
-    raw = runner.run_requests(reqs)
+    raw = runner.run_requests(reqs).embeddings
     norms = np.linalg.norm(raw, axis=1)
     assert abs(norms[0] - 1) > 1e-3 and abs(norms[1] - 1) > 1e-3
     specs = [OutputSpec(format=Format.ARRAY, normalize=f) for f in (False, True, True, False)]

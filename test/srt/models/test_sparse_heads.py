@@ -86,7 +86,9 @@ def test_bge_m3_sparse_matches_reference_and_dense_stays_default(bge_m3_dir):
         assert max(abs(ours[i][k] - ref[i][k]) for k in ref[i]) <= 1e-5
     assert 0 not in ours[1] and 2 not in ours[1]  # <s>, </s>
     assert list(ours[3]) == sorted(ours[3])  # ascending token ids
-    assert isinstance(runner.run_requests(_requests(ids, [FORMAT_FLOAT] * len(ids))), np.ndarray)
+    dense_only = runner.run_requests(_requests(ids, [FORMAT_FLOAT] * len(ids)))
+    assert dense_only.sparse_offsets is None  # no input asked: the sparse head did not run
+    np.testing.assert_allclose(dense_only.embeddings, out.embeddings, atol=1e-6)
 
 
 def test_explicit_sparse_head_path_makes_embeddings_sparse(bge_m3_dir, tmp_path):

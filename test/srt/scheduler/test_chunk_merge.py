@@ -7,6 +7,7 @@ from dataclasses import replace
 import numpy as np
 
 from sglang.srt.errors import ErrorKind
+from sglang.srt.model_executor.forward_io import ForwardOutput
 from sglang.srt.scheduler.chunk_merge import ChunkMerger, select_rows
 from sglang.srt.scheduler.scheduler import Scheduler
 from sglang.srt.server_args import ServerArgs
@@ -32,7 +33,7 @@ def _rows_of(batches):
 
     def fn(reqs):
         batches.append([r.num_tokens for r in reqs])
-        return np.stack([np.array([r.input_ids[0], r.num_tokens, 1, 1], np.float32) for r in reqs])
+        return ForwardOutput(np.stack([np.array([r.input_ids[0], r.num_tokens, 1, 1], np.float32) for r in reqs]))
 
     return fn
 

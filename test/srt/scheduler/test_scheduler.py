@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from sglang.srt.errors import ErrorKind
+from sglang.srt.model_executor.forward_io import ForwardOutput
 from sglang.srt.scheduler.scheduler import Scheduler
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.wire.io_struct import TokenizedEmbeddingReqInput
@@ -30,7 +31,7 @@ def _args(**kw) -> ServerArgs:
 def _sum_embed(batches):
     def fn(reqs):
         batches.append([r.num_tokens for r in reqs])
-        return np.stack([np.full(4, float(r.num_tokens), np.float32) for r in reqs])
+        return ForwardOutput(np.stack([np.full(4, float(r.num_tokens), np.float32) for r in reqs]))
 
     return fn
 
@@ -72,7 +73,7 @@ def test_failing_forward_fails_only_its_batch():
         calls.append(1)
         if len(calls) == 1:
             raise RuntimeError("kernel exploded")
-        return np.zeros((len(reqs), 4), np.float32)
+        return ForwardOutput(np.zeros((len(reqs), 4), np.float32))
 
     s = Scheduler(_args(max_batch_size=1), flaky, Clock())
     s.add_requests([_req("a"), _req("b")])
@@ -80,6 +81,38 @@ def test_failing_forward_fails_only_its_batch():
     assert out.error_codes == [ErrorKind.INTERNAL] and "kernel exploded" in out.error_messages[0]
     out, _ = s.step()
     assert out.rids == ["b"] and out.error_codes == [0]
+
+
+def test_batch_output_carries_the_runner_rows_unchanged():
+    rows = ForwardOutput(
+        np.ones((2, 3), np.float32),
+        token_values=np.arange(6, dtype=np.float32),
+        token_ids=np.array([4, 5], np.int32),
+        token_offsets=np.array([0, 2, 2], np.int64),
+        token_value_offsets=np.array([0, 6, 6], np.int64),
+    )
+    s = Scheduler(_args(max_queue_delay=0), lambda reqs: rows, Clock())
+    s.add_requests([_req("a"), _req("b")])
+    out, _ = s.step()
+    assert out.rids == ["a", "b"] and out.error_codes == [0, 0] and out.batch_size == 2
+    for name, value in rows.columns().items():
+        assert getattr(out, name) is value
+
+
+def test_forward_with_malformed_rows_fails_only_its_batch():
+    calls = []
+
+    def forward(reqs):
+        calls.append(1)
+        width = 4 if len(calls) > 1 else None  # the first batch's rows are 1-D: refused by ForwardOutput
+        return ForwardOutput(np.zeros((len(reqs), width) if width else len(reqs), np.float32))
+
+    s = Scheduler(_args(max_batch_size=1), forward, Clock())
+    s.add_requests([_req("a"), _req("b")])
+    out, _ = s.step()
+    assert out.error_codes == [ErrorKind.INTERNAL] and "[batch, dim]" in out.error_messages[0]
+    out, _ = s.step()
+    assert out.rids == ["b"] and out.error_codes == [0] and out.embeddings.shape == (1, 4)
 
 
 def test_hold_window_reports_wait_and_fires_later():

@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from sglang.srt.errors import ConfigError
+from sglang.srt.model_executor.forward_io import ForwardOutput
 from sglang.srt.scheduler.scheduler import Scheduler
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.logging_utils import JsonFormatter
@@ -75,7 +76,7 @@ def _req(rid: str, n: int, traceparent=None) -> TokenizedEmbeddingReqInput:
 
 
 def _forward(reqs):
-    return np.ones((len(reqs), 4), np.float32)
+    return ForwardOutput(np.ones((len(reqs), 4), np.float32))
 
 
 def test_scheduler_without_tracing_carries_no_contexts():
@@ -169,11 +170,12 @@ from sglang.srt.frontend import tokenizer_manager  # noqa: F401
 from sglang.srt.frontend.http import http_server  # noqa: F401
 from sglang.srt.renderer import detokenizer_manager  # noqa: F401
 from sglang.srt.wire.io_struct import TokenizedEmbeddingReqInput
+from sglang.srt.wire.forward_output import ForwardOutput
 from sglang.srt.scheduler.scheduler import Scheduler
 from sglang.srt.utils.tracing import Tracing
 args = parse_serve_args([])
 assert not args.enable_trace and not Tracing.start(args.enable_trace, None, "x").enabled
-s = Scheduler(args, lambda reqs: np.ones((len(reqs), 4), np.float32))
+s = Scheduler(args, lambda reqs: ForwardOutput(np.ones((len(reqs), 4), np.float32)))
 s.add_requests([TokenizedEmbeddingReqInput("a", 0, np.arange(3, dtype=np.int32))])
 s.step()
 print(sorted(m for m in sys.modules if m.startswith(("opentelemetry.sdk", "opentelemetry.exporter"))))

@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from sglang.srt.errors import ErrorKind
+from sglang.srt.model_executor.forward_io import ForwardOutput
 from sglang.srt.renderer.detokenizer_manager import output_log_extra, render_or_fail
 from sglang.srt.scheduler.scheduler import Scheduler
 from sglang.srt.server_args import ServerArgs
@@ -82,7 +83,7 @@ def _req(rid: str, tp=None, n: int = 3, worker: int = 0) -> TokenizedEmbeddingRe
 
 
 def _ok(reqs):
-    return np.ones((len(reqs), 4), np.float32)
+    return ForwardOutput(np.ones((len(reqs), 4), np.float32))
 
 
 def _boom(reqs):

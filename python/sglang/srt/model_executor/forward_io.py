@@ -2,16 +2,17 @@
 
 `ForwardInput` names the fields of one tokenized input that the runner reads; the scheduler's
 message (wire/io_struct.TokenizedEmbeddingReqInput) has them, so the executor needs nothing
-from the scheduler's folder. `ForwardOutput` never crosses a socket: the scheduler copies it into its
-BatchEmbeddingOutput.
+from the scheduler's folder. Every forward returns a `ForwardOutput` (wire/forward_output.py): the
+scheduler's BatchEmbeddingOutput extends that type and takes its columns as they are.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Optional, Protocol, Sequence, Union
+from typing import Callable, Optional, Protocol, Sequence
 
 import numpy as np
+
+from sglang.srt.wire.forward_output import ForwardOutput
 
 
 class ForwardInput(Protocol):
@@ -36,23 +37,5 @@ class ForwardInput(Protocol):
         ...
 
 
-@dataclass
-class ForwardOutput:
-    """What ModelRunner.run_requests returns for a batch that has sparse rows (a plain float32
-    [B, dim] array otherwise)."""
-
-    embeddings: np.ndarray  # float32 [B, dim]: vectors or logits; [B, 0] for a sparse-only model
-    sparse_indices: Optional[np.ndarray] = None  # int32 [N]: every sparse row's token ids, concatenated
-    sparse_values: Optional[np.ndarray] = None  # float32 [N]: their weights
-    sparse_offsets: Optional[np.ndarray] = None  # int64 [B + 1]: row i owns entries offsets[i]:offsets[i + 1]
-    # Per-token rows (TokenTensors): float32 values flattened end to end, the token id of each
-    # vector, and per-row offsets in tokens and in values. None: no input asked for tokens.
-    token_values: Optional[np.ndarray] = None  # float32 [E]
-    token_ids: Optional[np.ndarray] = None  # int32 [N]
-    token_offsets: Optional[np.ndarray] = None  # int64 [B + 1]
-    token_value_offsets: Optional[np.ndarray] = None  # int64 [B + 1]
-
-
-# One batch of inputs -> float32 [B, dim], or a ForwardOutput when some input asked for sparse
-# weights (ModelRunner.run_requests, or a fake in tests).
-ForwardFn = Callable[[Sequence[ForwardInput]], Union[np.ndarray, ForwardOutput]]
+# One batch of inputs -> its rows, in input order (ModelRunner.run_requests, or a fake in tests).
+ForwardFn = Callable[[Sequence[ForwardInput]], ForwardOutput]

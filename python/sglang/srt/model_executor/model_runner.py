@@ -235,11 +235,11 @@ class ModelRunner:
             hidden = self.model(fb)
         return hidden
 
-    def run_requests(self, reqs: Sequence[ForwardInput]) -> Union[np.ndarray, ForwardOutput]:
-        """What the scheduler calls per batch: requests in, float32 [B, dim] out (a ForwardOutput
-        with the sparse rows too when some input asked for a sparse format)."""
+    def run_requests(self, reqs: Sequence[ForwardInput]) -> ForwardOutput:
+        """What the scheduler calls per batch (its ForwardFn): requests in, their rows out: pooled
+        float32 [B, dim], plus sparse and per-token rows when some input asked for them."""
         if self.image_text is not None:  # CLIP / SigLIP: each input is a text or an image
-            return self.image_text.run(reqs)
+            return ForwardOutput(self.image_text.run(reqs))
         # Qwen2-VL: a batch with images runs one vision forward for all of them, one LM forward for all tokens.
         if self.image_path is ImagePath.LM_TOKENS and has_images(reqs):
             return self.run_multimodal(reqs)
@@ -247,7 +247,7 @@ class ModelRunner:
         if any(r.is_sparse for r in reqs) or any(k is not None for k in token_rows):
             return self.run_with_heads(reqs, token_rows)
         fb = self.build_batch([r.input_ids for r in reqs], [r.token_type_ids for r in reqs])
-        return self.forward(fb).to("cpu", torch.float32).numpy()
+        return ForwardOutput(self.forward(fb).to("cpu", torch.float32).numpy())
 
     @torch.inference_mode()
     def run_with_heads(self, reqs: Sequence[ForwardInput], token_rows: Sequence[Optional[str]]) -> ForwardOutput:
@@ -257,11 +257,11 @@ class ModelRunner:
         fb = self.build_batch([r.input_ids for r in reqs], [r.token_type_ids for r in reqs], key_lens)
         return self.output_head.run(self.hidden_states(fb), fb, [r.is_sparse for r in reqs], token_rows)
 
-    def run_multimodal(self, reqs: Sequence[ForwardInput]) -> np.ndarray:
+    def run_multimodal(self, reqs: Sequence[ForwardInput]) -> ForwardOutput:
         """A batch with images (Qwen2-VL): M-RoPE positions keep it off the CUDA graphs."""
         fb = build_multimodal_batch(reqs, self.device, self.model.image_token_id, self.model_config.dtype)
         fb.attn_backend = self.attn_backend
-        return self.forward(fb).to("cpu", torch.float32).numpy()
+        return ForwardOutput(self.forward(fb).to("cpu", torch.float32).numpy())
 
     def embed(
         self, token_lists: Sequence[np.ndarray], token_type_lists: Optional[Sequence[Optional[np.ndarray]]] = None

@@ -15,9 +15,8 @@ Heads run eagerly after the backbone (outside any CUDA graph).
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -147,14 +146,11 @@ class OutputHead:
         fb: ForwardBatch,
         sparse_rows: Sequence[bool],
         token_rows: Optional[Sequence[Optional[str]]] = None,
-    ) -> Union[np.ndarray, ForwardOutput]:
+    ) -> ForwardOutput:
         """The dense output for the batch, plus sparse rows and per-token rows (token_rows[i]: a
         layers/token_outputs kind, or None) when any input asked for them."""
-        dense = self.dense(hidden, fb).to("cpu", torch.float32).numpy()
+        out = ForwardOutput(self.dense(hidden, fb).to("cpu", torch.float32).numpy())
         wants_tokens = token_rows is not None and any(k is not None for k in token_rows)
-        if not any(sparse_rows) and not wants_tokens:
-            return dense
-        out = ForwardOutput(dense)
         if any(sparse_rows):
             if self.sparse_head is None:  # the HTTP side refuses sparse formats for such models
                 raise ValueError("this model has no sparse head")

@@ -102,7 +102,7 @@ class ChunkMerger:
         fail; a failed input's chunks still queued are removed from `waiting`."""
         if out is None or not self.owner or not any(rid in self.owner for rid in out.rids):
             return out
-        width = out.embeddings.shape[1] if out.embeddings.ndim == 2 else 0
+        width = out.embeddings.shape[1]  # [n, dim] always (wire/forward_output.ForwardOutput)
         rows: list[tuple[int, Optional[dict]]] = []  # (row of `out`, what the input's row changes)
         dropped: set[str] = set()
         for i, rid in enumerate(out.rids):
@@ -137,7 +137,7 @@ def select_rows(out: BatchEmbeddingOutput, rows: list[tuple[int, Optional[dict]]
     for f in dataclasses.fields(out):
         value = getattr(out, f.name)
         if f.name == "embeddings":
-            new = np.empty((len(rows), value.shape[1] if value.ndim == 2 else 0), dtype=np.float32)
+            new = np.empty((len(rows), value.shape[1]), dtype=np.float32)
             for j, (i, over) in enumerate(rows):
                 new[j] = over["embeddings"] if over and "embeddings" in over else value[i]
             changes[f.name] = new

@@ -15,10 +15,8 @@ import traceback
 from collections import OrderedDict
 from typing import Callable, Optional
 
-import numpy as np
-
 from sglang.srt.errors import QUEUE_FULL_MESSAGE, REQUEST_TIMEOUT_MESSAGE, ErrorKind
-from sglang.srt.model_executor.forward_io import ForwardFn, ForwardOutput
+from sglang.srt.model_executor.forward_io import ForwardFn
 from sglang.srt.scheduler.chunk_merge import ChunkMerger
 from sglang.srt.scheduler.schedule_policy import BatchBudget, next_batch
 from sglang.srt.server_args import ServerArgs
@@ -149,7 +147,7 @@ class Scheduler:
         batch_id = new_batch_id() if self.tracing.enabled else None
         start = self.clock()
         try:
-            vectors = self.forward_fn(reqs)
+            rows = self.forward_fn(reqs)
         except Exception as e:  # a failing forward fails only its own requests
             logger.error(
                 "forward pass failed for %d requests: %s\n%s",
@@ -179,11 +177,10 @@ class Scheduler:
                 len(self.waiting),
                 extra=self._log_extra(reqs, batch_id),
             )
-        out = vectors if isinstance(vectors, ForwardOutput) else ForwardOutput(vectors)
         return BatchEmbeddingOutput(
+            **rows.columns(),  # the runner's rows as they are; the scheduler adds its own columns
             rids=[r.rid for r in reqs],
             worker_ids=[r.worker_id for r in reqs],
-            embeddings=np.ascontiguousarray(out.embeddings, dtype=np.float32),
             prompt_tokens=[r.num_tokens for r in reqs],
             outputs=[r.output for r in reqs],
             error_codes=[0] * n,
@@ -192,13 +189,6 @@ class Scheduler:
             inference_time=elapsed,
             batch_size=n,
             batch_tokens=tokens,
-            sparse_indices=out.sparse_indices,
-            sparse_values=out.sparse_values,
-            sparse_offsets=out.sparse_offsets,
-            token_values=out.token_values,
-            token_ids=out.token_ids,
-            token_offsets=out.token_offsets,
-            token_value_offsets=out.token_value_offsets,
             trace_contexts=trace_contexts(reqs) if self.tracing.enabled else None,
             batch_id=batch_id,
         )

@@ -16,6 +16,7 @@ from typing import Optional, Union
 import numpy as np
 
 from sglang.srt.errors import ErrorKind
+from sglang.srt.wire.forward_output import ForwardOutput
 from sglang.srt.wire.msgcodec import message
 from sglang.srt.wire.output_spec import BYTE_ORDERS, DTYPES, OutputSpec, Task
 
@@ -143,9 +144,11 @@ class AbortReq:
 
 
 @message
-@dataclass
-class BatchEmbeddingOutput:
-    """Column-wise results of one forward pass (plus any requests rejected without one).
+@dataclass(kw_only=True)
+class BatchEmbeddingOutput(ForwardOutput):
+    """Column-wise results of one forward pass (plus any requests rejected without one): the
+    runner's rows as it made them (wire/forward_output.ForwardOutput's fields) and the
+    scheduler's own per-row columns below.
 
     `embeddings` holds one float32 row per rid, as pooled (the renderer cuts and normalizes it
     as the row's OutputSpec says); rows of failed rids are zeros and carry an `error_codes` entry
@@ -154,7 +157,6 @@ class BatchEmbeddingOutput:
 
     rids: list[str]
     worker_ids: list[int]
-    embeddings: np.ndarray  # float32 [n, dim]
     prompt_tokens: list[int]
     outputs: list[OutputSpec]  # per row: its input's output options
     error_codes: list[int]
@@ -165,19 +167,6 @@ class BatchEmbeddingOutput:
     # metrics and memory watch; the renderer does not read them.
     batch_size: int = 0
     batch_tokens: int = 0
-    # Sparse rows: row i owns entries sparse_offsets[i]:sparse_offsets[i + 1] of the concatenated
-    # token ids and weights; only Task.SPARSE rows are rendered from them. None: no input of the
-    # batch asked for sparse weights.
-    sparse_indices: Optional[np.ndarray] = None  # int32 [N]
-    sparse_values: Optional[np.ndarray] = None  # float32 [N]
-    sparse_offsets: Optional[np.ndarray] = None  # int64 [n + 1]
-    # Per-token rows, packed like the sparse ones (model_executor/forward_io.ForwardOutput): row i
-    # has token_ids[token_offsets[i]:token_offsets[i + 1]] and that many vectors in
-    # token_values[token_value_offsets[i]:token_value_offsets[i + 1]]. None: no request asked.
-    token_values: Optional[np.ndarray] = None  # float32 [E]
-    token_ids: Optional[np.ndarray] = None  # int32 [N]
-    token_offsets: Optional[np.ndarray] = None  # int64 [n + 1]
-    token_value_offsets: Optional[np.ndarray] = None  # int64 [n + 1]
     # Per row: the request's traceparent, for the detokenizer's render spans. None: nothing traced.
     trace_contexts: Optional[list[Optional[str]]] = None
     # The forward pass's id (request_tracing.new_batch_id) when tracing is on: its spans and log lines.
