@@ -146,3 +146,29 @@ def test_c_kernel_gelu_is_torchs_exact_gelu(kernel, n):
     fused = kernel.dequant_rows(out.clone(), span, lo, row_sums, bias, 255, 0, gelu=True)
     ref = F.gelu(plain.double()).float()
     assert torch.allclose(fused, ref, rtol=1e-5, atol=2e-6), (fused - ref).abs().max()
+
+
+@pytest.mark.parametrize("glue", ["c", "torch"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_residual_is_added_in_the_dequantize_pass(kernel, glue, bias):
+    """forward_add: int8_linear(x) + residual, the C pass (or the torch ops) adding it, equal to
+    adding it afterwards; a residual view with a row stride of its own is read as such."""
+    x, w, b = _data()
+    support = dataclasses.replace(SUPPORT, rows_kernel=kernel if glue == "c" else None)
+    weight = Int8Weight.quantize(w, b if bias else None, support, x.abs().amax(0))
+    wide = torch.randn(x.shape[0], 80, generator=torch.Generator().manual_seed(3))
+    residual = wide[:, 10:60]  # rows 80 floats apart
+    fused = int8_linear(x, weight, residual=residual)
+    assert torch.allclose(fused, int8_linear(x, weight) + residual, atol=1e-5, rtol=0)
+    ref = F.linear(x, w, b if bias else None) + residual
+    assert _cos(fused, ref) >= 0.999
+    layer = Linear(96, 50, bias=bias)
+    layer.int8_weight = weight
+    assert torch.equal(layer.forward_add(x, residual), fused)
+
+
+def test_c_kernel_rejects_a_residual_of_another_shape(kernel):
+    out = torch.zeros(4, 8)
+    span, lo = torch.ones(4, 1), torch.zeros(4, 1)
+    with pytest.raises(ValueError, match="residual"):
+        kernel.dequant_rows(out, span, lo, torch.zeros(8), None, 127, 0, residual=torch.zeros(4, 7))

@@ -95,3 +95,23 @@ def test_prepack_refuses_non_cpu_and_unsupported_dtypes():
     assert layer.packed_weight is None and layer.weight.numel() == 32
     x = torch.randn(3, 8, dtype=torch.float64)
     torch.testing.assert_close(layer(x), F.linear(x, layer.weight, layer.bias))
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("prepacked", [False, True])
+@pytest.mark.parametrize("bias", [True, False])
+def test_forward_add_is_linear_plus_the_residual(dtype, tol, prepacked, bias):
+    """BERT's dense -> + residual: oneDNN adds it in the matmul's epilogue (prepacked or not,
+    float32 and, where oneDNN has it, bfloat16); elsewhere a plain add."""
+    layer = _filled(Linear(96, 200, bias=bias), seed=5).to(dtype)
+    expected_weight = layer.weight.detach().clone()
+    x = torch.randn(33, 96, generator=torch.Generator().manual_seed(2)).to(dtype)
+    residual = torch.randn(33, 200, generator=torch.Generator().manual_seed(4)).to(dtype)
+    if prepacked:
+        layer.prepack(release_plain=True)
+    got = layer.forward_add(x, residual).float()
+    expected = _reference(x, expected_weight, layer.bias, False) + residual.float()
+    assert got.dtype == torch.float32 and got.shape == (33, 200)
+    assert (got - expected).abs().max().item() <= tol * expected.abs().max().item()
+    if dtype == torch.float32:  # the fused add is the separate add's arithmetic
+        assert torch.allclose(got, (layer(x) + residual).float(), atol=1e-6, rtol=0)

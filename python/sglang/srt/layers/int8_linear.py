@@ -177,8 +177,11 @@ _HALF = torch.tensor(0.5)
 _LOW_8BIT = torch.tensor(-128.0)
 
 
-def int8_linear(x: torch.Tensor, weight: Int8Weight, gelu: bool = False) -> torch.Tensor:
-    """x @ W.T + b (then exact GELU) in int8; x's dtype in and out, float32 around the matmul."""
+def int8_linear(
+    x: torch.Tensor, weight: Int8Weight, gelu: bool = False, residual: Optional[torch.Tensor] = None
+) -> torch.Tensor:
+    """x @ W.T + b (then exact GELU, or + residual) in int8; x's dtype in and out, float32 around
+    the matmul. The row kernel adds the residual in its dequantize pass (one pass fewer)."""
     x2 = x if x.dim() == 2 and x.dtype == torch.float32 else x.reshape(-1, x.shape[-1]).float()
     support, kernel = weight.support, weight.support.rows_kernel
     if kernel is not None:
@@ -190,12 +193,19 @@ def int8_linear(x: torch.Tensor, weight: Int8Weight, gelu: bool = False) -> torc
     out = _QLINEAR(
         t, 1.0, 0, weight.packed, weight.scales, weight.zero_points, None, 1.0, 0, torch.float32, "none", [], ""
     )
-    if kernel is not None:  # GELU in the same pass
-        kernel.dequant_rows(out, span, lo, weight.row_sums, weight.bias, support.levels, support.low, gelu)
+    res2 = None
+    if residual is not None:
+        res2 = residual.reshape(-1, weight.out_features)
+        if res2.dtype != torch.float32 or res2.stride(1) != 1:
+            res2 = res2.float().contiguous()
+    if kernel is not None:  # GELU and the residual in the same pass
+        kernel.dequant_rows(out, span, lo, weight.row_sums, weight.bias, support.levels, support.low, gelu, res2)
     else:
         out = torch.addcmul(weight.bias, out, span, out=out) if weight.bias is not None else out.mul_(span)
         offset = lo if support.low == 0 else torch.addcmul(lo, span, _LOW_8BIT, value=-1.0 / support.levels)
         out.addr_(offset.view(-1), weight.row_sums)
+        if res2 is not None:
+            out.add_(res2)
         if gelu:
             out = torch.nn.functional.gelu(out)
     if out.dtype != x.dtype or x.dim() != 2:

@@ -31,7 +31,7 @@ class Int8RowsKernel:
         self._quantize.argtypes = [ptr, i64, ptr, i64, i64, i32, i32, ptr, ptr, ptr, i32]
         self._quantize.restype = None
         self._dequant = lib.sgl_int8_dequant_rows
-        self._dequant.argtypes = [ptr, i64, i64, i64, ptr, ptr, ptr, ptr, i32, i32, i32, i32]
+        self._dequant.argtypes = [ptr, i64, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, i32, i32, i32, i32]
         self._dequant.restype = None
         self.path = path
 
@@ -69,11 +69,17 @@ class Int8RowsKernel:
         levels: int,
         low: int,
         gelu: bool = False,
+        residual: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
-        """In place: out = out * span + (min - low * span / levels) * row_sums + bias, then GELU if asked."""
+        """In place: out = out * span + (min - low * span / levels) * row_sums + bias (+ residual),
+        then GELU if asked."""
         m, n = out.shape
         if out.dtype != torch.float32 or out.stride(1) != 1 or row_sums.shape != (n,) or span.numel() != m:
             raise ValueError("dequant_rows takes the matmul's float32 [M, N] output and its rows' statistics")
+        if residual is not None and (
+            residual.dtype != torch.float32 or residual.shape != (m, n) or residual.stride(1) != 1
+        ):
+            raise ValueError(f"the residual must be float32 [{m}, {n}] with dense rows")
         self._dequant(
             out.data_ptr(),
             out.stride(0),
@@ -83,6 +89,8 @@ class Int8RowsKernel:
             lo.data_ptr(),
             row_sums.data_ptr(),
             bias.data_ptr() if bias is not None else None,
+            residual.data_ptr() if residual is not None else None,
+            residual.stride(0) if residual is not None else 0,
             levels,
             low,
             int(gelu),

@@ -40,20 +40,35 @@ def onednn_linear_dtypes() -> tuple:
 
 _ONEDNN_LINEAR = _onednn_op("_linear_pointwise")
 _ONEDNN_REORDER = _onednn_op("_reorder_linear_weight")
+_ONEDNN_LINEAR_BINARY = getattr(_ONEDNN_LINEAR, "binary", None)
 _ONEDNN_DTYPES = onednn_linear_dtypes() if _ONEDNN_LINEAR is not None else ()
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], gelu: bool = False) -> torch.Tensor:
-    """x @ weight.T + bias, optionally followed by exact (erf) GELU, fused on CPU.
+def linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+    gelu: bool = False,
+    residual: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """x @ weight.T + bias, then exact (erf) GELU or + residual when asked, fused on CPU.
 
-    `weight` may be a plain [out, in] tensor or one prepacked by `prepack_cpu_linears`.
+    `weight` may be a plain [out, in] tensor or one prepacked by `prepack_cpu_linears`. The
+    residual add runs in oneDNN's epilogue (a binary post-op): no separate pass over the output,
+    which on two threads cost 6% of the float32 forward in CPU time (benchmark/NOTES.md).
     """
     if _ONEDNN_LINEAR is not None and x.device.type == "cpu" and x.dtype in _ONEDNN_DTYPES and x.dtype == weight.dtype:
         if gelu:
-            return _ONEDNN_LINEAR(x, weight, bias, "gelu", [], "none")
-        return _ONEDNN_LINEAR(x, weight, bias, "none", [], "")
-    out = F.linear(x, weight, bias)
-    return F.gelu(out) if gelu else out
+            out = _ONEDNN_LINEAR(x, weight, bias, "gelu", [], "none")
+        elif residual is not None and _ONEDNN_LINEAR_BINARY is not None and residual.is_contiguous():
+            return _ONEDNN_LINEAR_BINARY(x, residual.to(x.dtype), weight, bias, "add")
+        else:
+            out = _ONEDNN_LINEAR(x, weight, bias, "none", [], "")
+    else:
+        out = F.linear(x, weight, bias)
+        if gelu:
+            out = F.gelu(out)
+    return out if residual is None else out + residual
 
 
 class Linear(nn.Module):
@@ -85,6 +100,12 @@ class Linear(nn.Module):
         if self.int8_weight is not None:
             return int8_linear(x, self.int8_weight, gelu=True)
         return linear(x, self._matmul_weight(), self.bias, gelu=True)
+
+    def forward_add(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        """linear(x) + residual in one pass where the backend can fuse it."""
+        if self.int8_weight is not None:
+            return int8_linear(x, self.int8_weight, residual=residual)
+        return linear(x, self._matmul_weight(), self.bias, residual=residual)
 
     def prepack(self, release_plain: bool) -> bool:
         """Reorder the weight into oneDNN's layout once. With `release_plain` the plain copy's

@@ -67,8 +67,8 @@ def check_quantization(method: Optional[str], device: torch.device) -> Optional[
 @contextlib.contextmanager
 def observe_linear_inputs(model: nn.Module) -> Iterator[dict[Linear, torch.Tensor]]:
     """Within the block, every `Linear` call records max |x| per input channel into the yielded
-    {layer: [in_features]} dict. Calls bypass forward hooks (`forward_gelu`), so the layers'
-    methods are shadowed on the instances for the duration."""
+    {layer: [in_features]} dict. Calls bypass forward hooks (`forward_gelu`, `forward_add`), so the
+    layers' methods are shadowed on the instances for the duration."""
     seen: dict[Linear, torch.Tensor] = {}
     layers = [m for m in model.modules() if isinstance(m, Linear)]
 
@@ -79,11 +79,12 @@ def observe_linear_inputs(model: nn.Module) -> Iterator[dict[Linear, torch.Tenso
     for layer in layers:
         layer.forward = lambda x, layer=layer: (record(layer, x), Linear.forward(layer, x))[1]
         layer.forward_gelu = lambda x, layer=layer: (record(layer, x), Linear.forward_gelu(layer, x))[1]
+        layer.forward_add = lambda x, r, layer=layer: (record(layer, x), Linear.forward_add(layer, x, r))[1]
     try:
         yield seen
     finally:
         for layer in layers:
-            del layer.forward, layer.forward_gelu
+            del layer.forward, layer.forward_gelu, layer.forward_add
 
 
 def describe(support: Optional[Int8Support]) -> dict:

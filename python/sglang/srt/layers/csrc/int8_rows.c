@@ -3,8 +3,8 @@
  *
  *   sgl_int8_quantize_rows: x (float32, optionally times a per-column smoothing factor) ->
  *       t = floor((x - min) * levels / span + 0.5) + low per row, with the row's span and min;
- *   sgl_int8_dequant_rows: out = out * span + (min - low * span / levels) * row_sums + bias,
- *       then GELU when asked (the layer's activation, in the same pass: a separate torch GELU
+ *   sgl_int8_dequant_rows: out = out * span + (min - low * span / levels) * row_sums + bias
+ *       (+ a residual row when given), then GELU when asked (the layer's activation, in the same pass: a separate torch GELU
  *       was a fifth of the int8 forward).
  *
  * Each call is one pass over its rows (a row is re-read from L1/L2, never from memory), rows
@@ -64,9 +64,11 @@ static inline void gelu_row(float *restrict row, int64_t n) {
     }
 }
 
+/* residual (NULL: none): rows of ldr floats added after the bias (BERT's dense -> + residual ->
+ * LayerNorm), in the same pass instead of a separate torch add over the output. */
 void sgl_int8_dequant_rows(float *restrict out, int64_t ldo, int64_t m, int64_t n, const float *restrict span,
                            const float *restrict lo, const float *restrict row_sums, const float *restrict bias,
-                           int levels, int low, int gelu, int threads)
+                           const float *restrict residual, int64_t ldr, int levels, int low, int gelu, int threads)
 {
 #pragma omp parallel for schedule(static) num_threads(threads) if (m * n >= PARALLEL_MIN_ELEMS)
     for (int64_t i = 0; i < m; i++) {
@@ -79,6 +81,11 @@ void sgl_int8_dequant_rows(float *restrict out, int64_t ldo, int64_t m, int64_t 
         } else {
             for (int64_t j = 0; j < n; j++)
                 row[j] = row[j] * s + off * row_sums[j];
+        }
+        if (residual) {
+            const float *restrict res = residual + i * ldr;
+            for (int64_t j = 0; j < n; j++)
+                row[j] += res[j];
         }
         if (gelu)
             gelu_row(row, n); /* the row is still in L1/L2 */
