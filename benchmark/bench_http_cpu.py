@@ -108,22 +108,21 @@ uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), loop="uvloop", http="h
 """
 
 
-# Runs sglang.launch_server with the HTTP process's serving loop under cProfile, timed in CPU
-# seconds of that thread (time.thread_time): argv[1] is the stats file, the rest the server's flags.
+# Runs sglang.launch_server with cProfile ready on the HTTP process's main (event-loop) thread,
+# timed in that thread's CPU seconds (time.thread_time): the first SIGUSR1 starts it (after start-up
+# and warm-up), the second stops it and writes argv[1]; the rest of argv is the server's flags.
 CPROFILE_WRAPPER = """
-import cProfile, runpy, sys, time
-from sglang.srt.frontend.http import uvicorn_server
+import cProfile, runpy, signal, sys, time
 out, sys.argv = sys.argv[1], [sys.argv[0], *sys.argv[2:]]
-serve = uvicorn_server.serve
-def profiled(server, sock):
-    prof = cProfile.Profile(time.thread_time)
-    prof.enable()
-    try:
-        serve(server, sock)
-    finally:
+prof, on = cProfile.Profile(time.thread_time), [False]
+def toggle(*_):
+    if on[0]:
         prof.disable()
         prof.dump_stats(out)
-uvicorn_server.serve = profiled
+    else:
+        prof.enable()
+    on[0] = not on[0]
+signal.signal(signal.SIGUSR1, toggle)
 runpy.run_module("sglang.launch_server", run_name="__main__")
 """
 
@@ -237,20 +236,30 @@ def profile(variant: Variant, args: argparse.Namespace, texts: list[str], model:
 
 
 def cprofile(name: str, env: dict[str, str], args: argparse.Namespace, texts: list[str]) -> None:
-    """One more server of this variant under cProfile: warm-up plus one round, then the functions
-    of the HTTP process's event-loop thread by own CPU time per request (cProfile's own overhead
+    """One more server of this variant under cProfile for one round after the warm-up, then the
+    functions of the HTTP process's event-loop thread by own CPU time per request (cProfile's own overhead
     inflates call-heavy code; compare shares, not totals, with the round's /proc figures)."""
     import pstats
 
     os.makedirs(args.cprofile_dir, exist_ok=True)
     out = os.path.join(args.cprofile_dir, f"{name}.prof")
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(out)
     v = Variant(f"{name} (cProfile)")
     cmd = [sys.executable, "-c", CPROFILE_WRAPPER, out, "--port", "{port}", "--log-level", "warning"]
     start(v, cmd + ["--allow-auto-truncate", *shlex.split(args.server_args)], env, args.launch_timeout)
     try:
         model = bench_serving.discover_model(v.url)
-        n = args.warmup + args.requests
-        bench_serving.run_event_loop(load(v.url, texts, 0, n, args.concurrency, model, args.encoding_format), True)
+        n = args.requests
+        for count, on in ((args.warmup, False), (n, True)):
+            bench_serving.run_event_loop(
+                load(v.url, texts, 0, count, args.concurrency, model, args.encoding_format), True
+            )
+            v.proc.send_signal(signal.SIGUSR1)  # on after the warm-up, off (and written) after the round
+        deadline = time.monotonic() + 60
+        while not os.path.exists(out) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(0.5)
     finally:
         stop(v)
     stats = pstats.Stats(out)
@@ -267,7 +276,7 @@ def cprofile(name: str, env: dict[str, str], args: argparse.Namespace, texts: li
 
 def summary(variants: list[Variant]) -> list[dict[str, Any]]:
     rows = []
-    for v in variants:
+    for v in (v for v in variants if v.rounds):  # --rounds 0: profiles only
         names = sorted({k for r in v.rounds for k in r["cpu_ms_per_request"]})
         per = {k: statistics.median(r["cpu_ms_per_request"].get(k, 0.0) for r in v.rounds) for k in names}
         rows.append(
