@@ -62,8 +62,8 @@ class UvicornServer(uvicorn.Server):
 def freeze_startup_objects() -> None:
     """Move what is alive once the server is up (modules, the tokenizer, the app: ~250k objects)
     out of the cyclic garbage collector's reach. Requests keep objects alive across collections
-    (they wait on the engine), so full collections come every few hundred requests, and each one
-    walked all of start-up's objects (~0.1 s of CPU on the 2-core benchmark VM, issue #32).
+    (they wait on the engine), which brings full collections on, and each one walked all of
+    start-up's objects (~0.1 s of CPU on the 2-core benchmark VM, issue #32).
     Start-up's garbage is collected first; frozen objects are still freed by reference counting,
     only cycles among them are never collected, which suits objects living as long as the process."""
     gc.collect()
