@@ -14,6 +14,8 @@ import numpy as np
 import orjson
 
 _REGISTRY: dict[str, type] = {}
+_SCALARS = frozenset({str, int, float, bool, type(None)})  # exact types, written as they are
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # per message class, dataclasses.fields' names
 
 
 def message(cls):
@@ -29,6 +31,8 @@ class _Encoder:
         self.frames: list[Any] = []
 
     def value(self, v: Any) -> Any:
+        if type(v) in _SCALARS:  # most fields: skip the checks below (issue #32: ~2x faster encode)
+            return v
         if isinstance(v, np.ndarray):
             arr = np.ascontiguousarray(v)
             self.frames.append(arr.data if arr.size else b"")
@@ -49,9 +53,13 @@ class _Encoder:
         return v
 
     def obj(self, msg: Any) -> dict:
-        out = {"__t__": type(msg).__name__}
-        for f in dataclasses.fields(msg):
-            out[f.name] = self.value(getattr(msg, f.name))
+        cls = type(msg)
+        names = _FIELD_NAMES.get(cls)
+        if names is None:
+            names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+        out = {"__t__": cls.__name__}
+        for name in names:
+            out[name] = self.value(getattr(msg, name))
         return out
 
 
