@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 import pytest
 import requests
 
 from test.helpers.server import ServerProcess
+from test.helpers.waiting import wait_until
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "benchmark"))
 from bench_serving import DEFAULT_TEXTS, load_texts, run_event_loop  # noqa: E402
@@ -66,8 +66,6 @@ def test_scheduler_rss_is_flat_under_mixed_sizes(server):
 
     # Busy, the scheduler keeps freed pages as a pool; idle, it gives them back: within a few
     # seconds RSS is near where it started (plus oneDNN's cached shapes), well under the peak.
-    deadline, idle_mb = time.monotonic() + IDLE_RELEASE_S + 10, rss_mb(scheduler_pid)
-    while idle_mb > before_mb + 150 and time.monotonic() < deadline:
-        time.sleep(0.5)
-        idle_mb = rss_mb(scheduler_pid)
+    wait_until(lambda: rss_mb(scheduler_pid) <= before_mb + 150, IDLE_RELEASE_S + 10, interval=0.5)
+    idle_mb = rss_mb(scheduler_pid)
     assert idle_mb <= before_mb + 150 and idle_mb < g.peak_mb - 50, (before_mb, idle_mb, summary)
