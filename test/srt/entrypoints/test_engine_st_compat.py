@@ -157,7 +157,7 @@ def test_progress_bar_counts_batches(ours, texts, capsys):
 
 
 def test_progress_bar_default_follows_the_log_level(ours, texts, capsys):
-    log = logging.getLogger("sglang.srt.entrypoints.sentence_transformer")
+    log = logging.getLogger("sglang.srt.entrypoints.st_face")
     ours.encode(texts[:2])
     assert "Batches" not in capsys.readouterr().err
     old = log.level
@@ -204,3 +204,51 @@ def test_bad_inputs_raise_the_engines_error(ours):
         ours.encode(["fine", 7])
     with pytest.raises(TypeError, match="inputs"):
         ours.encode()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"normalize_embeddings": True},
+        {"convert_to_tensor": True, "batch_size": 4},
+        {"prompt_name": "query", "truncate_dim": 64},
+        {"precision": "ubinary", "normalize_embeddings": True},
+    ],
+)
+def test_engine_encode_answers_sentence_transformers_arguments(ours, ref, texts, kwargs):
+    """Engine.encode given any sentence-transformers argument is sentence-transformers' encode."""
+    engine = ours.engine
+    atol = 1 if "precision" in kwargs else 1e-4
+    got, want = engine.encode(texts, **kwargs), ref.encode(texts, **kwargs)
+    if "precision" in kwargs:
+        assert got.shape == want.shape and got.dtype == want.dtype
+        assert (np.unpackbits(got) != np.unpackbits(want)).mean() < 0.001
+    else:
+        _same(got, want, atol)
+    _same(engine.encode(texts[2], normalize_embeddings=True), ref.encode(texts[2], normalize_embeddings=True))
+    _same(engine.encode(sentences=texts[:3], convert_to_numpy=True), ref.encode(texts[:3]))
+
+
+def test_engine_encode_query_document_and_prompt_prefix(ours, ref, texts):
+    engine = ours.engine
+    _same(engine.encode_query(texts[:5]), ref.encode_query(texts[:5]))
+    _same(
+        engine.encode_document(texts[:5], normalize_embeddings=True),
+        ref.encode_document(texts[:5], normalize_embeddings=True),
+    )
+    # sentence-transformers' `prompt=` is `prompt_prefix=` on the Engine (its `prompt` is the input).
+    _same(
+        engine.encode(texts[:3], prompt_prefix="custom prefix: ", batch_size=2),
+        ref.encode(texts[:3], prompt="custom prefix: "),
+    )
+
+
+def test_engine_encode_keeps_sglangs_answer_and_refuses_a_mix(ours, texts):
+    engine = ours.engine
+    out = engine.encode(texts[:2])
+    assert isinstance(out, list) and set(out[0]) == {"embedding", "meta_info"}
+    with pytest.raises(TypeError, match="truncate_dim"):
+        engine.encode(texts[:2], dimensions=64, normalize_embeddings=True)
+    with pytest.raises(ValueError, match="no_such_argument"):
+        engine.encode(texts[:2], no_such_argument=1)
+    assert len(engine.encode(texts[:2])) == 2  # nothing broken by the refusals

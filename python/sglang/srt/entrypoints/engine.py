@@ -4,6 +4,8 @@ Usage:
     import sglang
     with sglang.Engine(model_path="...", is_embedding=True) as engine:
         out = engine.encode(["a", "b"])   # [{"embedding": [...], "meta_info": {...}}, ...]
+        vecs = engine.encode(["a", "b"], normalize_embeddings=True)  # sentence-transformers' answer:
+                                                                     # float32 numpy array [2, dim]
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import threading
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import orjson
 
@@ -26,6 +28,9 @@ from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.tracing import Tracing
 from sglang.srt.wire.io_struct import FORMAT_RAW, FORMAT_SPARSE_DICT
 from sglang.srt.wire.matryoshka import validate_dimensions
+
+if TYPE_CHECKING:
+    from sglang.srt.entrypoints.st_face import SentenceEncoder
 
 
 def _sparse_payload(payload: bytes) -> dict[int, float]:
@@ -46,6 +51,7 @@ class Engine:
         args = self.server_args
         self._tracing = Tracing.start(args.enable_trace, args.otlp_traces_endpoint, "engine")
         self._closed = False
+        self._sentence_encoder: Optional["SentenceEncoder"] = None
         self.model_info = self._processes.start()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="sglang-engine-loop", daemon=True)
@@ -64,13 +70,22 @@ class Engine:
 
     def encode(
         self,
-        prompt: Prompt,
+        prompt: Prompt = None,
         dimensions: Optional[int] = None,
         multi_vector: Optional[bool] = None,
         input_type: Optional[str] = None,
         prompt_prefix: Optional[str] = None,
-    ) -> Union[dict, list[dict]]:
+        **st_kwargs: Any,
+    ) -> Union[dict, list[dict], Any]:
         """Embed one input (-> dict) or a batch (-> list of dicts), like SGLang's Engine.encode.
+
+        Given any of sentence-transformers' `encode` arguments (`batch_size`, `show_progress_bar`,
+        `normalize_embeddings`, `convert_to_numpy`, `convert_to_tensor`, `prompt_name`, `precision`,
+        `truncate_dim`, `output_value`, `device`, `sentences`, ...), it is sentence-transformers'
+        `encode` instead and returns what that returns (a 2-D float32 numpy array for a list, 1-D for
+        a string, tensors, quantized arrays): see `encode_query` / `encode_document` and
+        `sglang.SentenceTransformer`. Its text prompt is `prompt_prefix` here (SGLang's `prompt` is
+        the input); over-long inputs follow the engine's `allow_auto_truncate`.
 
         An input is a string, a list of token ids, or (multimodal models) a `{"text", "image"}`
         dict as the HTTP API takes it.
@@ -86,6 +101,15 @@ class Engine:
 
         Raises EmbeddingError for a bad input, with the same message the HTTP API would give.
         """
+        if st_kwargs:
+            if dimensions is not None or multi_vector is not None or input_type is not None:
+                raise TypeError(
+                    "dimensions / multi_vector / input_type are SGLang's encode arguments; with "
+                    f"sentence-transformers' ({', '.join(sorted(st_kwargs))}) use truncate_dim / prompt_name"
+                )
+            return self.sentence_encoder.encode(prompt, prompt=prompt_prefix, **st_kwargs)
+        if prompt is None:
+            raise TypeError("encode() missing 1 required argument: 'prompt'")
         req, single = normalize_input(prompt)
         served = self.server_args.served_model_name
         validate_dimensions(dimensions, self.model_info, served)
@@ -111,6 +135,24 @@ class Engine:
                 item["token_ids"] = orjson.loads(ids) if ids else []
             out.append(item)
         return out[0] if single else out
+
+    def encode_query(self, inputs: Any = None, **kwargs: Any) -> Any:
+        """sentence-transformers 5+'s `encode_query`: its arguments, the model's "query" prompt."""
+        return self.sentence_encoder.encode_query(inputs, **kwargs)
+
+    def encode_document(self, inputs: Any = None, **kwargs: Any) -> Any:
+        """sentence-transformers 5+'s `encode_document`: its arguments, the model's "document" prompt."""
+        return self.sentence_encoder.encode_document(inputs, **kwargs)
+
+    @property
+    def sentence_encoder(self) -> "SentenceEncoder":
+        """sentence-transformers' encode / similarity API on this engine (made on first use; a
+        ValueError for a model without dense sentence embeddings)."""
+        if self._sentence_encoder is None:
+            from sglang.srt.entrypoints.st_face import SentenceEncoder
+
+            self._sentence_encoder = SentenceEncoder(self)
+        return self._sentence_encoder
 
     def get_model_info(self) -> dict:
         return self.model_info.to_dict()
