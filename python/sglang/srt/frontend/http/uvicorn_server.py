@@ -86,14 +86,21 @@ def _quiet_graceful_timeout() -> None:
         log.addFilter(_GracefulTimeoutNote())
 
 
+# Connections the kernel queues for a worker before its app accepts them.
+LISTEN_BACKLOG = 4096
+
+
 def make_listen_socket(host: str, port: int, reuse_port: bool) -> socket.socket:
+    """The server's socket, bound (a busy port fails here, before the engine starts) but not yet
+    listening: uvicorn listens once the app's startup is done. Until then a client is refused
+    rather than queued, and with SO_REUSEPORT the kernel hands connections only to the HTTP
+    workers that are already serving, never to one still starting."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if reuse_port:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
-    sock.listen(4096)
     sock.setblocking(False)
     return sock
 
@@ -125,6 +132,7 @@ def make_server(app, server_args: ServerArgs, on_reject: Optional[Callable[[int]
         log_level=server_args.log_level,
         timeout_keep_alive=server_args.keep_alive_timeout,
         log_config=None,
+        backlog=LISTEN_BACKLOG,
         access_log=server_args.log_level == "debug",
         timeout_graceful_shutdown=server_args.graceful_timeout or None,
         **tls_options(server_args),
