@@ -336,4 +336,3 @@ def admission_limit(server_args: ServerArgs) -> int:
     count, so near the limit a refusal may come a batch early.
     """
     return sum(replica_capacities(server_args))
-
