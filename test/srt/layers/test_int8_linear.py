@@ -172,3 +172,31 @@ def test_c_kernel_rejects_a_residual_of_another_shape(kernel):
     span, lo = torch.ones(4, 1), torch.zeros(4, 1)
     with pytest.raises(ValueError, match="residual"):
         kernel.dequant_rows(out, span, lo, torch.zeros(8), None, 127, 0, residual=torch.zeros(4, 7))
+
+
+@pytest.mark.parametrize("norm_bias", [True, False])
+def test_layernorm_in_the_dequantize_pass(kernel, norm_bias):
+    """forward_add_norm (BERT's dense -> + residual -> LayerNorm): the row kernel's one pass equals
+    torch's LayerNorm over the separately added output, and the torch-ops glue does the same."""
+    x, w, b = _data(n=384)
+    residual = torch.randn(x.shape[0], 384, generator=torch.Generator().manual_seed(7)) * 3
+    norm = nn.LayerNorm(384, eps=1e-12, bias=norm_bias)
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(384) + 0.5)
+        if norm_bias:
+            norm.bias.copy_(torch.randn(384))
+    for glue in (kernel, None):
+        weight = Int8Weight.quantize(w, b, dataclasses.replace(SUPPORT, rows_kernel=glue), x.abs().amax(0))
+        layer = Linear(96, 384)
+        layer.int8_weight = weight
+        got = layer.forward_add_norm(x, residual, norm)
+        expected = norm(int8_linear(x, weight) + residual)
+        assert torch.allclose(got, expected, atol=2e-5, rtol=0)
+        assert _cos(got, norm(F.linear(x, w, b) + residual)) >= 0.999
+
+
+def test_c_kernel_rejects_a_layernorm_of_another_width(kernel):
+    out = torch.zeros(4, 8)
+    span, lo = torch.ones(4, 1), torch.zeros(4, 1)
+    with pytest.raises(ValueError, match="LayerNorm"):
+        kernel.dequant_rows(out, span, lo, torch.zeros(8), None, 127, 0, norm=(torch.ones(7), None, 1e-5))

@@ -178,10 +178,15 @@ _LOW_8BIT = torch.tensor(-128.0)
 
 
 def int8_linear(
-    x: torch.Tensor, weight: Int8Weight, gelu: bool = False, residual: Optional[torch.Tensor] = None
+    x: torch.Tensor,
+    weight: Int8Weight,
+    gelu: bool = False,
+    residual: Optional[torch.Tensor] = None,
+    norm: Optional[tuple[torch.Tensor, Optional[torch.Tensor], float]] = None,
 ) -> torch.Tensor:
-    """x @ W.T + b (then exact GELU, or + residual) in int8; x's dtype in and out, float32 around
-    the matmul. The row kernel adds the residual in its dequantize pass (one pass fewer)."""
+    """x @ W.T + b (then exact GELU, or + residual, then LayerNorm(weight, bias, eps) when `norm`)
+    in int8; x's dtype in and out, float32 around the matmul. The row kernel adds the residual and
+    normalizes in its dequantize pass (two passes over the output fewer)."""
     x2 = x if x.dim() == 2 and x.dtype == torch.float32 else x.reshape(-1, x.shape[-1]).float()
     support, kernel = weight.support, weight.support.rows_kernel
     if kernel is not None:
@@ -199,13 +204,23 @@ def int8_linear(
         if res2.dtype != torch.float32 or res2.stride(1) != 1:
             res2 = res2.float().contiguous()
     if kernel is not None:  # GELU and the residual in the same pass
-        kernel.dequant_rows(out, span, lo, weight.row_sums, weight.bias, support.levels, support.low, gelu, res2)
+        norm32 = None
+        if norm is not None:
+            norm32 = tuple(None if t is None else t.float().contiguous() for t in norm[:2]) + (float(norm[2]),)
+        kernel.dequant_rows(
+            out, span, lo, weight.row_sums, weight.bias, support.levels, support.low, gelu, res2, norm32
+        )
     else:
         out = torch.addcmul(weight.bias, out, span, out=out) if weight.bias is not None else out.mul_(span)
         offset = lo if support.low == 0 else torch.addcmul(lo, span, _LOW_8BIT, value=-1.0 / support.levels)
         out.addr_(offset.view(-1), weight.row_sums)
         if res2 is not None:
             out.add_(res2)
+        if norm is not None:
+            w, b, eps = norm
+            out = torch.nn.functional.layer_norm(
+                out, (out.shape[-1],), w.float(), None if b is None else b.float(), eps
+            )
         if gelu:
             out = torch.nn.functional.gelu(out)
     if out.dtype != x.dtype or x.dim() != 2:

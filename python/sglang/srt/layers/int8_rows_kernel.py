@@ -31,7 +31,8 @@ class Int8RowsKernel:
         self._quantize.argtypes = [ptr, i64, ptr, i64, i64, i32, i32, ptr, ptr, ptr, i32]
         self._quantize.restype = None
         self._dequant = lib.sgl_int8_dequant_rows
-        self._dequant.argtypes = [ptr, i64, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, i32, i32, i32, i32]
+        self._dequant.argtypes = [ptr, i64, i64, i64, ptr, ptr, ptr, ptr, ptr, i64, ptr, ptr, ctypes.c_float]
+        self._dequant.argtypes += [i32, i32, i32, i32]
         self._dequant.restype = None
         self.path = path
 
@@ -70,9 +71,10 @@ class Int8RowsKernel:
         low: int,
         gelu: bool = False,
         residual: Optional[torch.Tensor] = None,
+        norm: Optional[tuple[torch.Tensor, Optional[torch.Tensor], float]] = None,
     ) -> torch.Tensor:
         """In place: out = out * span + (min - low * span / levels) * row_sums + bias (+ residual),
-        then GELU if asked."""
+        then LayerNorm if `norm` (float32 weight [N], bias [N] or None, eps) is given, then GELU if asked."""
         m, n = out.shape
         if out.dtype != torch.float32 or out.stride(1) != 1 or row_sums.shape != (n,) or span.numel() != m:
             raise ValueError("dequant_rows takes the matmul's float32 [M, N] output and its rows' statistics")
@@ -80,6 +82,11 @@ class Int8RowsKernel:
             residual.dtype != torch.float32 or residual.shape != (m, n) or residual.stride(1) != 1
         ):
             raise ValueError(f"the residual must be float32 [{m}, {n}] with dense rows")
+        if norm is not None and any(
+            t is not None and (t.dtype != torch.float32 or t.shape != (n,) or not t.is_contiguous()) for t in norm[:2]
+        ):
+            raise ValueError(f"the LayerNorm's weight and bias must be contiguous float32 [{n}]")
+        norm_w, norm_b, eps = norm if norm is not None else (None, None, 0.0)
         self._dequant(
             out.data_ptr(),
             out.stride(0),
@@ -91,6 +98,9 @@ class Int8RowsKernel:
             bias.data_ptr() if bias is not None else None,
             residual.data_ptr() if residual is not None else None,
             residual.stride(0) if residual is not None else 0,
+            norm_w.data_ptr() if norm_w is not None else None,
+            norm_b.data_ptr() if norm_b is not None else None,
+            eps,
             levels,
             low,
             int(gelu),

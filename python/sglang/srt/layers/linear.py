@@ -107,6 +107,13 @@ class Linear(nn.Module):
             return int8_linear(x, self.int8_weight, residual=residual)
         return linear(x, self._matmul_weight(), self.bias, residual=residual)
 
+    def forward_add_norm(self, x: torch.Tensor, residual: torch.Tensor, norm: nn.Module) -> torch.Tensor:
+        """norm(linear(x) + residual) for a LayerNorm `norm` (weight, bias, eps): in int8 with the
+        row kernel, all in its dequantize pass; otherwise the fused add, then the norm."""
+        if self.int8_weight is not None and self.int8_weight.support.rows_kernel is not None:
+            return int8_linear(x, self.int8_weight, residual=residual, norm=(norm.weight, norm.bias, norm.eps))
+        return norm(self.forward_add(x, residual))
+
     def prepack(self, release_plain: bool) -> bool:
         """Reorder the weight into oneDNN's layout once. With `release_plain` the plain copy's
         memory is given back (the parameter keeps its dtype, with no elements): the model then

@@ -67,7 +67,7 @@ class BertOutput(nn.Module):
         self.LayerNorm = LayerNorm(hidden, eps)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(self.dense.forward_add(x, residual))
+        return self.dense.forward_add_norm(x, residual, self.LayerNorm)
 
 
 class BertAttention(nn.Module):

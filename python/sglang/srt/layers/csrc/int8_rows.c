@@ -4,7 +4,7 @@
  *   sgl_int8_quantize_rows: x (float32, optionally times a per-column smoothing factor) ->
  *       t = floor((x - min) * levels / span + 0.5) + low per row, with the row's span and min;
  *   sgl_int8_dequant_rows: out = out * span + (min - low * span / levels) * row_sums + bias
- *       (+ a residual row when given), then GELU when asked (the layer's activation, in the same pass: a separate torch GELU
+ *       (+ a residual row when given, then LayerNorm when given), then GELU when asked (the layer's activation, in the same pass: a separate torch GELU
  *       was a fifth of the int8 forward).
  *
  * Each call is one pass over its rows (a row is re-read from L1/L2, never from memory), rows
@@ -64,11 +64,29 @@ static inline void gelu_row(float *restrict row, int64_t n) {
     }
 }
 
+/* LayerNorm of one row in place: (x - mean) / sqrt(var + eps) * w (+ b), biased variance. */
+static inline void layer_norm_row(float *restrict row, int64_t n, const float *restrict w, const float *restrict b,
+                                  float eps) {
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < n; j++)
+        sum += row[j];
+    float mean = sum / (float)n, sq = 0.0f;
+#pragma omp simd reduction(+ : sq)
+    for (int64_t j = 0; j < n; j++)
+        sq += (row[j] - mean) * (row[j] - mean);
+    float inv = 1.0f / sqrtf(sq / (float)n + eps);
+    for (int64_t j = 0; j < n; j++)
+        row[j] = (row[j] - mean) * inv * w[j] + (b ? b[j] : 0.0f);
+}
+
 /* residual (NULL: none): rows of ldr floats added after the bias (BERT's dense -> + residual ->
- * LayerNorm), in the same pass instead of a separate torch add over the output. */
+ * LayerNorm), in the same pass instead of a separate torch add over the output; norm_w (NULL: none),
+ * norm_b (NULL: none) and eps: that LayerNorm too, over each whole row (n = the hidden size). */
 void sgl_int8_dequant_rows(float *restrict out, int64_t ldo, int64_t m, int64_t n, const float *restrict span,
                            const float *restrict lo, const float *restrict row_sums, const float *restrict bias,
-                           const float *restrict residual, int64_t ldr, int levels, int low, int gelu, int threads)
+                           const float *restrict residual, int64_t ldr, const float *restrict norm_w,
+                           const float *restrict norm_b, float eps, int levels, int low, int gelu, int threads)
 {
 #pragma omp parallel for schedule(static) num_threads(threads) if (m * n >= PARALLEL_MIN_ELEMS)
     for (int64_t i = 0; i < m; i++) {
@@ -87,6 +105,8 @@ void sgl_int8_dequant_rows(float *restrict out, int64_t ldo, int64_t m, int64_t 
             for (int64_t j = 0; j < n; j++)
                 row[j] += res[j];
         }
+        if (norm_w) /* LayerNorm over the row (two passes over it in L1, as the torch op does) */
+            layer_norm_row(row, n, norm_w, norm_b, eps);
         if (gelu)
             gelu_row(row, n); /* the row is still in L1/L2 */
     }
