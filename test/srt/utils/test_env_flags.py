@@ -19,7 +19,7 @@ from sglang.srt.utils.env_flags import EnvHelpFormatter, env_actions, env_var, f
 
 PACKAGE = Path(__file__).resolve().parents[3] / "python" / "sglang"
 # Variables the package reads that are not flags (they must never shadow one).
-NOT_FLAGS = {"SGLANG_KERNEL_CACHE", "SGLANG_KERNEL_PREBUILT"}
+NOT_FLAGS = {"SGLANG_KERNEL_CACHE", "SGLANG_KERNEL_ISA", "SGLANG_KERNEL_PREBUILT"}
 # Values tried, in order, until the command line accepts one for the flag.
 CANDIDATES = ("3", "0.25", "text-value", '{"k": [1, 2]}', "1,2")
 
