@@ -15,6 +15,7 @@ import pytest
 
 from sglang.srt.configs.model_info import OutputKind
 from sglang.srt.entrypoints import sentence_transformer as st_module
+from sglang.srt.entrypoints import st_face
 from test.helpers.model_info import make_model_info
 
 
@@ -145,7 +146,7 @@ def test_engine_calls_in_flight_stay_within_the_window_and_the_queue(fake, monke
     model = st_module.SentenceTransformer()
     out = model.encode(texts, batch_size=2)  # 20 calls, at most IN_FLIGHT at once, rows in input order
     np.testing.assert_array_equal(out[:, 0], [len(t) for t in texts])
-    assert 1 <= model.engine.most_active <= st_module.IN_FLIGHT
+    assert 1 <= model.engine.most_active <= st_face.IN_FLIGHT
     monkeypatch.setattr(FakeEngine, "max_queue_size", 3)  # room for one call of 2 inputs: one at a time
     model = st_module.SentenceTransformer()
     np.testing.assert_array_equal(model.encode(texts, batch_size=2)[:, 0], [len(t) for t in texts])
