@@ -11,6 +11,8 @@ and call the same checks themselves.
 
 from __future__ import annotations
 
+import time
+import uuid
 from typing import Generic, Optional, TypeVar
 
 from sglang.srt.errors import EmbeddingError, ErrorKind
@@ -83,6 +85,15 @@ class OpenAIServingBase(Generic[RequestT]):
 
     def check_batch_size(self, n: int) -> None:
         check_batch_size(n, self.tm.server_args)
+
+    def list_head(self, prefix: str, rid: Optional[str]) -> dict:
+        """The fields every `"object": "list"` answer opens with (id `<prefix>-<rid>`, created, model)."""
+        return {
+            "id": f"{prefix}-{rid or uuid.uuid4().hex}",
+            "object": "list",
+            "created": int(time.time()),
+            "model": self.served_model_name,
+        }
 
     def require_classifier(self) -> None:
         if not self.tm.model_info.is_classifier:

@@ -8,8 +8,6 @@ otherwise.
 
 from __future__ import annotations
 
-import time
-import uuid
 from typing import Optional, Sequence
 
 import numpy as np
@@ -64,10 +62,7 @@ class OpenAIServingClassify(OpenAIServingBase[ClassifyRequest]):
         rows = result.arrays()
         tokens = sum(result.prompt_tokens)
         body = {
-            "id": f"classify-{rid or uuid.uuid4().hex}",
-            "object": "list",
-            "created": int(time.time()),
-            "model": self.served_model_name,
+            **self.list_head("classify", rid),
             "data": classify_items(rows, info.labels, info.problem_type),
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
         }

@@ -11,8 +11,6 @@ by name.
 
 from __future__ import annotations
 
-import time
-import uuid
 from dataclasses import replace
 from typing import Optional
 
@@ -132,14 +130,7 @@ class VllmServingPooling(ChatForm, OpenAIServingBase[PoolingRequest]):
         else:
             payloads = result.payloads
         tokens = sum(result.prompt_tokens)
-        head = orjson.dumps(
-            {
-                "id": f"pool-{rid or uuid.uuid4().hex}",
-                "object": "list",
-                "created": int(time.time()),
-                "model": self.served_model_name,
-            }
-        )
+        head = orjson.dumps(self.list_head("pool", rid))
         tail = b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":0}}' % (tokens, tokens)
         parts = Parts([head[:-1] + b',"data":['])
         for i, p in enumerate(payloads):  # rows stay as rendered (frontend/http/response_parts.py)

@@ -11,8 +11,6 @@ the right side follows --allow-auto-truncate. The answer is vLLM's ScoreResponse
 
 from __future__ import annotations
 
-import time
-import uuid
 from typing import Callable, Optional
 
 import numpy as np
@@ -105,10 +103,7 @@ class VllmServingScore(OpenAIServingBase[ScoreRequest]):
             scores = cos.tolist()
         tokens = sum(result.prompt_tokens)
         body = {
-            "id": f"score-{rid or uuid.uuid4().hex}",
-            "object": "list",
-            "created": int(time.time()),
-            "model": self.served_model_name,
+            **self.list_head("score", rid),
             "data": [{"index": i, "object": "score", "score": s} for i, s in enumerate(scores)],
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0},
         }
