@@ -7,16 +7,14 @@ fallback itself.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
 import pytest
 import torch
 
-from sglang.srt.layers.attention.cpu_kernel_loader import ISA_ENV, find_compiler, load_kernel
+from sglang.srt.layers.attention.cpu_kernel_loader import find_compiler, load_kernel
 from sglang.srt.layers.attention.cpu_varlen_backend import CpuVarlenAttnBackend
-from sglang.srt.layers.attention.portable_kernels import cpu_flags
 from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 from test.helpers.attention_cases import (
     CASES,
@@ -28,26 +26,14 @@ from test.helpers.attention_cases import (
     make_layer,
     reference_attention,
 )
+from test.helpers.kernel_isa import ISAS, load_for_isa
 
 pytestmark = pytest.mark.skipif(find_compiler() is None, reason="needs a C compiler (cc, gcc or clang)")
 
 
-# The native build, and on an x86-64 CPU with AVX-512 also the AVX2 build (SGLANG_KERNEL_ISA=x86-64-v3),
-# whose vectors are 8 floats instead of 16 (csrc/vec16.h): what an AVX2-only machine runs.
-ISAS = ["native"] + (["x86-64-v3"] if {"avx512f", "avx2", "fma"} <= cpu_flags() else [])
-
-
 @pytest.fixture(scope="module", params=ISAS)
 def kernel(request):
-    saved = os.environ.get(ISA_ENV)
-    os.environ[ISA_ENV] = request.param
-    try:
-        built, why = load_kernel()
-    finally:
-        if saved is None:
-            del os.environ[ISA_ENV]
-        else:
-            os.environ[ISA_ENV] = saved
+    built, why = load_for_isa(load_kernel, request.param)
     assert built is not None, why
     return built
 

@@ -4,7 +4,6 @@ against the torch ops, and how Linear / quantize_cpu_linears / prepack_cpu_linea
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import pytest
 import torch
@@ -12,32 +11,18 @@ import torch.nn.functional as F
 from torch import nn
 
 import sglang.srt.layers.int8_linear as int8_linear_mod
-from sglang.srt.layers.attention.cpu_kernel_loader import ISA_ENV
-from sglang.srt.layers.attention.portable_kernels import cpu_flags
 from sglang.srt.layers.int8_linear import Int8Support, Int8Weight, int8_linear, int8_support, quantize_rows
 from sglang.srt.layers.int8_rows_kernel import load_int8_rows_kernel
 from sglang.srt.layers.linear import Linear, QKVLinear, prepack_cpu_linears, quantize_cpu_linears
+from test.helpers.kernel_isa import ISAS, load_for_isa
 
 SUPPORT = int8_support()
 pytestmark = pytest.mark.skipif(not SUPPORT.available, reason=f"no int8 here: {SUPPORT.reason}")
 
 
-# The native build, and on an x86-64 CPU with AVX-512 also the AVX2 build (SGLANG_KERNEL_ISA=x86-64-v3,
-# 8-float vectors in csrc/vec16.h): what an AVX2-only machine runs.
-ISAS = ["native"] + (["x86-64-v3"] if {"avx512f", "avx2", "fma"} <= cpu_flags() else [])
-
-
 @pytest.fixture(scope="module", params=ISAS)
 def kernel(request):
-    saved = os.environ.get(ISA_ENV)
-    os.environ[ISA_ENV] = request.param
-    try:
-        k, why = load_int8_rows_kernel()
-    finally:
-        if saved is None:
-            del os.environ[ISA_ENV]
-        else:
-            os.environ[ISA_ENV] = saved
+    k, why = load_for_isa(load_int8_rows_kernel, request.param)
     assert k is not None, why  # the test machines have a C compiler (the attention kernel needs one too)
     return k
 
