@@ -1,4 +1,4 @@
-"""/v1/rerank's answer, in Cohere's / Jina's shape, for every way the route scores documents: a
+"""/v1/rerank's body checks and answer, in Cohere's / Jina's shape, for every way the route scores documents: a
 cross-encoder's logit (serving_rerank.py), MaxSim (serving_maxsim.py) or cosine
 (serving_cosine_rerank.py).
 """
@@ -9,6 +9,16 @@ import uuid
 from typing import Optional, Sequence
 
 import orjson
+
+from sglang.srt.errors import EmbeddingError, ErrorKind
+
+
+def check_documents_and_top_n(documents: Sequence[str], top_n: Optional[int]) -> None:
+    """What every /v1/rerank scorer needs of the body: some documents, a positive `top_n`."""
+    if not documents:
+        raise EmbeddingError(ErrorKind.INVALID_REQUEST, "documents cannot be empty.", param="documents")
+    if top_n is not None and top_n < 1:
+        raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"top_n must be at least 1, got {top_n}.", param="top_n")
 
 
 def rank_results(

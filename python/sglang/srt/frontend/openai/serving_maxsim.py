@@ -15,7 +15,7 @@ from typing import Optional
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.frontend.embed_sides import gather_or_cancel, merge_results
 from sglang.srt.frontend.openai.multi_vector import maxsim
-from sglang.srt.frontend.openai.rerank_results import rank_results, rerank_body
+from sglang.srt.frontend.openai.rerank_results import check_documents_and_top_n, rank_results, rerank_body
 from sglang.srt.frontend.openai.serving_base import OpenAIServingBase
 from sglang.srt.frontend.openai.task_protocol import RerankRequest
 from sglang.srt.frontend.tokenizer_manager import EmbeddingResult
@@ -32,12 +32,7 @@ def check_vector_rerank(request: RerankRequest, how: str) -> None:
             f"instruction applies only to LLM rerankers with a prompt (Qwen3-Reranker), not to {how}.",
             param="instruction",
         )
-    if not request.documents:
-        raise EmbeddingError(ErrorKind.INVALID_REQUEST, "documents cannot be empty.", param="documents")
-    if request.top_n is not None and request.top_n < 1:
-        raise EmbeddingError(
-            ErrorKind.INVALID_REQUEST, f"top_n must be at least 1, got {request.top_n}.", param="top_n"
-        )
+    check_documents_and_top_n(request.documents, request.top_n)
 
 
 class ServingMaxSimRerank(OpenAIServingBase[RerankRequest]):

@@ -21,7 +21,7 @@ import numpy as np
 from sglang.srt.configs.model_info import Capability
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.frontend.embed_sides import scores_by_cosine
-from sglang.srt.frontend.openai.rerank_results import rank_results, rerank_body
+from sglang.srt.frontend.openai.rerank_results import check_documents_and_top_n, rank_results, rerank_body
 from sglang.srt.frontend.openai.serving_base import OpenAIServingBase
 from sglang.srt.frontend.openai.serving_cosine_rerank import ServingCosineRerank
 from sglang.srt.frontend.openai.serving_maxsim import ServingMaxSimRerank
@@ -73,12 +73,7 @@ class OpenAIServingRerank(OpenAIServingBase[RerankRequest]):
                 "cross-encoder with a single relevance logit (use /v1/classify).",
                 param="model",
             )
-        if not request.documents:
-            raise EmbeddingError(ErrorKind.INVALID_REQUEST, "documents cannot be empty.", param="documents")
-        if request.top_n is not None and request.top_n < 1:
-            raise EmbeddingError(
-                ErrorKind.INVALID_REQUEST, f"top_n must be at least 1, got {request.top_n}.", param="top_n"
-            )
+        check_documents_and_top_n(request.documents, request.top_n)
 
     def convert(self, request: RerankRequest) -> EmbeddingReqInput:
         pairs = [(request.query, doc) for doc in request.documents]
