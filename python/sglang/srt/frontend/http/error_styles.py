@@ -4,7 +4,8 @@ OpenAI's nested `{"error": {"message", "type", "param", "code"}}` (http_errors.H
 default. TEI's routes answer `{"error": str, "error_type": str}` with TEI's statuses
 (http_errors.TEI_TYPE_STATUS / TEI_KIND_STATUS); Cohere's `{"message": str}`. Every status comes
 from http_errors.py; this module only shapes bodies. Route modules register which paths use which
-style (`ErrorStyles.register`); the app's exception handlers look the path up.
+style (`ErrorStyles.register`); the app's exception handlers look the path up, and so do the
+middlewares (middleware.send_error) for paths registered `at_edge`.
 """
 
 from __future__ import annotations
@@ -65,13 +66,21 @@ Style = Callable[[Union[EmbeddingError, HttpError]], Rendered]
 
 @dataclass
 class ErrorStyles:
-    """Which error shape each path answers with (OpenAI's unless registered)."""
+    """Which error shape each path answers with (OpenAI's unless registered): its routes' errors
+    (`for_path`), and those the middlewares answer before any route runs (`for_edge`: only where
+    registered `at_edge`, for clients that parse the shape on every status, as Cohere's SDKs do)."""
 
     by_path: dict[str, Style] = field(default_factory=dict)
+    at_edge: dict[str, Style] = field(default_factory=dict)
 
-    def register(self, style: Style, *paths: str) -> None:
+    def register(self, style: Style, *paths: str, at_edge: bool = False) -> None:
         for p in paths:
             self.by_path[p] = style
+            if at_edge:
+                self.at_edge[p] = style
 
     def for_path(self, path: str) -> Style:
         return self.by_path.get(path, openai_style)
+
+    def for_edge(self, path: str) -> Style:
+        return self.at_edge.get(path, openai_style)

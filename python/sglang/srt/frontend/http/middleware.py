@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Optional
 
 from sglang.srt.errors import EmbeddingError, ErrorKind, queue_full_error
+from sglang.srt.frontend.http.error_styles import ErrorStyles, Style, openai_style
 from sglang.srt.frontend.http.host_guard import OPEN_PATHS as HOST_OPEN_PATHS
 from sglang.srt.frontend.http.host_guard import allowed_hosts, host_allowed, host_name
 from sglang.srt.frontend.http.http_errors import BODY_TIMEOUT, CLIENT_CLOSED, HttpError
@@ -84,16 +85,28 @@ def request_info(scope: Scope) -> RequestInfo:
     return info
 
 
+def edge_style(scope: Scope) -> Style:
+    """The shape of an error a middleware answers on this path: the one a route registered for the
+    edge (Cohere's, whose SDKs parse every status), else OpenAI's. Starlette puts the app in the
+    scope before the middlewares run; a bare ASGI app (tests) has none."""
+    styles = getattr(getattr(scope.get("app"), "state", None), "error_styles", None)
+    return styles.for_edge(scope.get("path", "")) if isinstance(styles, ErrorStyles) else openai_style
+
+
 async def send_error(
-    send: Send, err: EmbeddingError, headers: Optional[dict[str, str]] = None, status: Optional[int] = None
+    scope: Scope,
+    send: Send,
+    err: EmbeddingError,
+    headers: Optional[dict[str, str]] = None,
+    status: Optional[int] = None,
 ) -> None:
-    """Answer with `err` in OpenAI's error shape; `headers` adds what only the edge knows, and
-    `status` overrides the kind's status where HTTP has a more precise one (http_errors.BODY_TIMEOUT)."""
-    http = HttpError.of(err, headers, status)
-    body = http.body()
+    """Answer with `err` in the path's edge style (edge_style); `headers` adds what only the edge
+    knows, and `status` overrides the kind's status where HTTP has a more precise one
+    (http_errors.BODY_TIMEOUT)."""
+    status, body, extra = edge_style(scope)(HttpError.of(err, headers, status))
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    raw += [(k.lower().encode("latin-1"), str(v).encode("latin-1")) for k, v in http.headers.items()]
-    await send({"type": "http.response.start", "status": http.status, "headers": raw})
+    raw += [(k.lower().encode("latin-1"), str(v).encode("latin-1")) for k, v in extra.items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -152,6 +165,7 @@ class RequestContext:
             if status[0] is None:
                 try:
                     await send_error(
+                        scope,
                         send_with_id,
                         EmbeddingError(
                             ErrorKind.UNAVAILABLE,
@@ -205,10 +219,10 @@ class DrainGuard:
         if scope["type"] == "http":
             if self.lifecycle.dead_reason is not None:
                 message = f"The embedding engine is unavailable: {self.lifecycle.dead_reason}"
-                return await send_error(send, EmbeddingError(ErrorKind.UNAVAILABLE, message), CLOSE)
+                return await send_error(scope, send, EmbeddingError(ErrorKind.UNAVAILABLE, message), CLOSE)
             if self.lifecycle.draining:
                 message = "The server is shutting down."
-                return await send_error(send, EmbeddingError(ErrorKind.UNAVAILABLE, message), CLOSE)
+                return await send_error(scope, send, EmbeddingError(ErrorKind.UNAVAILABLE, message), CLOSE)
         await self.app(scope, receive, send)
 
 
@@ -226,6 +240,7 @@ class HostGuard:
             if header is not None and not host_allowed(host_name(header), self.allowed):
                 shown = header[:100].encode("ascii", "backslashreplace").decode("ascii")
                 return await send_error(
+                    scope,
                     send,
                     EmbeddingError(
                         ErrorKind.INVALID_REQUEST,
@@ -259,6 +274,7 @@ class ApiKeyAuth:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] not in self.OPEN_PATHS and not self.authorized(scope):
             return await send_error(
+                scope,
                 send,
                 EmbeddingError(
                     ErrorKind.UNAUTHENTICATED,
@@ -311,7 +327,7 @@ class BodyLimits:
         if declared is not None:
             if not _DIGITS_RE.match(declared.strip()):
                 return await send_error(
-                    send, EmbeddingError(ErrorKind.INVALID_REQUEST, "Invalid Content-Length header.")
+                    scope, send, EmbeddingError(ErrorKind.INVALID_REQUEST, "Invalid Content-Length header.")
                 )
             size = int(declared)
             if size > self.max_bytes:
@@ -320,13 +336,14 @@ class BodyLimits:
                 waiting = (_header(scope, b"expect") or "").strip().lower() == "100-continue"
                 if not waiting:
                     await _discard(receive, size if size <= self.max_bytes + _DISCARD_LIMIT else 0)
-                return await send_error(send, self.too_large(), CLOSE)
+                return await send_error(scope, send, self.too_large(), CLOSE)
         if scope["method"] not in self.BODY_METHODS:
             return await self.app(scope, receive, send)
         ctype = _header(scope, b"content-type")
         if ctype is None or not _json_content_type(ctype):
             shown = "no Content-Type" if ctype is None else f"Content-Type {ctype[:100]!r}"
             return await send_error(
+                scope,
                 send,
                 EmbeddingError(
                     ErrorKind.UNSUPPORTED_MEDIA_TYPE,
@@ -341,6 +358,7 @@ class BodyLimits:
                 message = await _receive_by(receive, deadline)
             except asyncio.TimeoutError:
                 return await send_error(
+                    scope,
                     send,
                     EmbeddingError(
                         ErrorKind.TIMEOUT,
@@ -357,7 +375,7 @@ class BodyLimits:
             if len(body) > self.max_bytes:
                 if more:
                     await _discard(receive, _DISCARD_LIMIT)
-                return await send_error(send, self.too_large(), CLOSE)
+                return await send_error(scope, send, self.too_large(), CLOSE)
             if not more:
                 break
         await self.app(scope, _replay(bytes(body), receive), send)
@@ -374,7 +392,7 @@ class QueueFullGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] in INFERENCE_ROUTES and not self.has_room():
-            return await send_error(send, queue_full_error())
+            return await send_error(scope, send, queue_full_error())
         await self.app(scope, receive, send)
 
 
