@@ -1,12 +1,16 @@
-"""Peak memory of a model's image preprocessing, measured in a fresh process, beside its estimate.
+"""Peak memory of a model's image preprocessing (or of decoding an image), measured in a fresh
+process, beside its estimate.
 
     python -m test.helpers.preprocess_peak '{"kind": "tower", "model_dir": ..., "sizes": [[w, h], ...]}'
 
 prints one JSON list of {"size", "measured", "estimate", "pixels"} (bytes; `pixels`: the
-estimate's largest image). The peak is the rise of the process's resident high-water mark (VmHWM,
-reset through /proc/self/clear_refs) over its resident size just before the call, with the freed
-heap given back to the system first, so memory reused from an earlier call cannot hide a peak.
-`measure` runs it in a subprocess (one import of transformers for every size).
+estimate's largest image); with `{"kind": "decode", "path": ..., "cap": ...}` one
+{"mode", "measured", "estimate"} for decoding an encoded image file. The peak is the rise of the
+process's resident high-water mark (VmHWM, reset through /proc/self/clear_refs) over its resident
+size just before the call, with the freed heap given back to the system first, so memory reused
+from an earlier call cannot hide a peak.
+`measure` / `measure_decode` run it in a subprocess (one import of transformers for every size), away
+from whatever else the test process holds or its other threads allocate meanwhile.
 """
 
 from __future__ import annotations
@@ -75,9 +79,29 @@ def _run(spec: dict) -> list[dict]:
     return out
 
 
+def _decode(spec: dict) -> dict:
+    from sglang.srt.frontend.multimodal.image_decode import decode_image, open_image
+
+    with open(spec["path"], "rb") as f:
+        opened = open_image(f.read(), spec["cap"])
+    image, measured = peak_bytes(lambda: decode_image(opened))
+    return {"mode": image.mode, "measured": measured, "estimate": opened.decode_cost}
+
+
 def measure(kind: str, model_dir: str, sizes: list[tuple[int, int]], max_pixels: Optional[int] = None) -> list[dict]:
     """[(width, height) -> measured peak and estimate] for `kind` ('clip', 'siglip', 'qwen2vl')."""
-    spec = {"kind": kind, "model_dir": model_dir, "sizes": [list(s) for s in sizes], "max_pixels": max_pixels}
+    return _in_fresh_process(
+        {"kind": kind, "model_dir": model_dir, "sizes": [list(s) for s in sizes], "max_pixels": max_pixels}
+    )
+
+
+def measure_decode(path: str, cap: int) -> dict:
+    """{"mode", "measured", "estimate"}: decoding the encoded image in `path` (image_decode.open_image
+    with pixel cap `cap`, then decode_image), its peak beside its reserved decode_cost."""
+    return _in_fresh_process({"kind": "decode", "path": path, "cap": cap})
+
+
+def _in_fresh_process(spec: dict):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "python")])}
     proc = subprocess.run(
         [sys.executable, "-m", "test.helpers.preprocess_peak", json.dumps(spec)],
@@ -93,4 +117,5 @@ def measure(kind: str, model_dir: str, sizes: list[tuple[int, int]], max_pixels:
 
 
 if __name__ == "__main__":
-    print(json.dumps(_run(json.loads(sys.argv[1]))))
+    spec = json.loads(sys.argv[1])
+    print(json.dumps(_decode(spec) if spec["kind"] == "decode" else _run(spec)))
