@@ -55,15 +55,18 @@ def serve(argv: Sequence[str], prog: str = "sglang serve") -> int:
     try:
         argv, environ = sagemaker_mode(argv, os.environ)
         server_args = parse_serve_args(argv, environ, prog=prog)
-        from sglang.srt.entrypoints.model_check import check_model_in_child
+        from sglang.srt.configs.served_models import plan_models
+        from sglang.srt.entrypoints.model_check import check_models_in_child
 
-        # Model problems (unsupported architecture, missing --is-embedding, uncached hub id, ...)
-        # end start-up here, as one line, before the server's processes start or anything is logged.
-        # The check runs in a child process: reading the config imports torch, which this one avoids.
-        check_model_in_child(server_args)
+        # Every model's options, then model problems (unsupported architecture, missing
+        # --is-embedding, uncached hub id, two models claiming one name, ...) end start-up here, as
+        # one line, before the server's processes start or anything is logged. The check runs in a
+        # child process: reading a config imports torch, which this one avoids.
+        models = plan_models(server_args)
+        check_models_in_child(models)
         from sglang.srt.entrypoints.launch import launch_server
 
-        return launch_server(server_args)
+        return launch_server(server_args, models)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

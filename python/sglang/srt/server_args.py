@@ -51,8 +51,12 @@ CHOICES = {
 
 @dataclass
 class ServerArgs:
-    # Model
+    # Model. Several models in one server (docs/scaling.md): `model_path` given as a list (repeated
+    # --model-path, or Engine(model_path=[...])) keeps the first here and the rest in more_model_paths;
+    # or models_config names a YAML/JSON file with one entry per model (configs/served_models.py).
     model_path: Optional[str] = None
+    more_model_paths: list[str] = field(default_factory=list)
+    models_config: Optional[str] = None
     tokenizer_path: Optional[str] = None
     # One name, or several (aliases): the first is the one responses report. Given as a list to
     # the Engine or as `--served-model-name a b`; __post_init__ keeps the first here and the rest
@@ -163,6 +167,16 @@ class ServerArgs:
     tokenizer_class: Optional[str] = field(default=None, init=False)
 
     def __post_init__(self) -> None:
+        if isinstance(self.model_path, (list, tuple)):
+            paths = [str(p) for p in self.model_path]
+            self.model_path = paths[0] if paths else None
+            self.more_model_paths = [*paths[1:], *self.more_model_paths]
+        if self.more_model_paths and self.models_config:
+            raise ConfigError("--models-config names every model: give it without --model-path")
+        if self.more_model_paths and self.served_model_name is not None:
+            raise ConfigError(
+                "--served-model-name names one model; with several --model-path, name each in --models-config"
+            )
         if isinstance(self.served_model_name, (list, tuple)):
             names = [str(n) for n in self.served_model_name]
             self.served_model_name = names[0] if names else None
@@ -331,8 +345,14 @@ class ServerArgs:
     def add_cli_args(parser: argparse.ArgumentParser) -> None:
         d = ServerArgs.__dataclass_fields__
         g = parser.add_argument_group("model")
-        g.add_argument("--model-path", default=None,
-                       help="Local directory or Hugging Face hub id. Default: the bundled all-MiniLM-L6-v2.")
+        g.add_argument("--model-path", action="append", default=None,
+                       help="Local directory or Hugging Face hub id. Default: the bundled all-MiniLM-L6-v2. "
+                            "Repeat it (or comma-separate the variable) to serve several models on one port, "
+                            "each with its own scheduler, routed by the request's `model` (docs/scaling.md).")
+        g.add_argument("--models-config", default=None, metavar="FILE",
+                       help="YAML or JSON file, one entry per model with the per-model flags as keys "
+                            "(model-path, served-model-name, dtype, quantization, dp-size, max-queue-size, ...); "
+                            "the command line's flags are every entry's defaults (docs/scaling.md).")
         g.add_argument("--tokenizer-path", default=None, help="Tokenizer location (default: the model path).")
         g.add_argument("--served-model-name", nargs="+", default=None, metavar="NAME",
                        help="Name(s) of the model: the first is reported in responses and /v1/models, the "

@@ -11,9 +11,8 @@ import time
 
 import pytest
 
-from sglang.srt.entrypoints.engine_processes import EngineProcesses, describe_exit
+from sglang.srt.entrypoints.engine_processes import describe_exit, wait_ready
 from sglang.srt.errors import ConfigError
-from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.process import mark_stopping, prepare_child_process, stop_requested
 from test.helpers.procs import is_running
 from test.helpers.waiting import wait_until
@@ -103,7 +102,6 @@ def test_exit_codes_in_words():
     ],
 )
 def test_start_up_failures_end_in_one_clear_error(target, timeout, fragment):
-    engine = EngineProcesses(ServerArgs(startup_timeout=timeout))
     ctx = mp.get_context("spawn")
     reader, writer = ctx.Pipe(duplex=False)
     p = ctx.Process(target=target, args=(writer,))  # the child holds the pipe's write end, as in start()
@@ -111,9 +109,8 @@ def test_start_up_failures_end_in_one_clear_error(target, timeout, fragment):
     writer.close()
     try:
         with pytest.raises(ConfigError) as e:
-            engine._wait_ready("scheduler", reader, p)
+            wait_ready("scheduler", reader, p, timeout)
         assert fragment in str(e.value) and "\n" not in str(e.value)
     finally:
         p.kill()
         p.join(5)
-        engine.port_args.cleanup()

@@ -1,6 +1,8 @@
-"""Start the scheduler replica(s) and the detokenizer, wait for READY, watch them, stop them.
+"""One model's engine processes: start the scheduler replica(s) and the detokenizer, wait for
+READY, watch them, stop them.
 
-Shared by the HTTP server and the offline Engine so both run the very same processes.
+Shared by the HTTP server (one per served model, entrypoints/server_processes.py) and the offline
+Engine, so both run the very same processes.
 """
 
 from __future__ import annotations
@@ -24,35 +26,42 @@ from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.allocator import child_environment, plan_allocator
 from sglang.srt.utils.heartbeat import HeartbeatReader, heartbeat_interval
 from sglang.srt.utils.network import PortArgs
-from sglang.srt.utils.process import ENGINE_DEAD_SIGNAL, ENGINE_DEATH_GRACE, mark_stopping, terminate_processes
+from sglang.srt.utils.process import mark_stopping, terminate_processes
 
 logger = logging.getLogger(__name__)
 
-# An extra HTTP worker's process target: (server_args, port_args, model_info, worker_id, ready_pipe, parent_pid).
-HttpWorkerEntry = Callable[..., None]
-
 
 class EngineProcesses:
-    def __init__(self, server_args: ServerArgs) -> None:
+    """One model's engine: its scheduler replica(s) and its detokenizer, with their own sockets."""
+
+    def __init__(
+        self, server_args: ServerArgs, port_args: Optional[PortArgs] = None, label: Optional[str] = None
+    ) -> None:
         self.server_args = server_args
-        self.port_args = PortArgs.create()
+        self.label = f"model {label}: " if label else ""  # start-up lines of a server with several models
+        self.port_args = port_args or PortArgs.create()
         self.procs: list[mp.Process] = []
-        self.http_procs: list[mp.Process] = []  # extra HTTP workers (also in procs)
         self.model_info: Optional[ModelInfo] = None
+        self._readers: dict[str, tuple] = {}
         self._stopping = False  # shutdown() is stopping the children
-        self._draining = False  # SIGTERM/SIGINT: HTTP processes finish their requests, then exit
+        self._draining = False  # SIGTERM/SIGINT: the HTTP processes finish their requests first
         self._watcher: Optional[threading.Thread] = None
 
     def start(self) -> ModelInfo:
         """Spawn the scheduler replica(s) and the detokenizer, block until all report READY, and
         return the model info (with every replica's placement)."""
+        self.spawn()
+        return self.wait_ready()
+
+    def spawn(self) -> None:
+        """Start the processes without waiting for them (a server with several models loads them
+        side by side, then waits: entrypoints/server_processes.py)."""
         ctx = mp.get_context("spawn")
         # The scheduler's allocator is preloaded through its environment (utils/allocator.py).
         plan = plan_allocator(self.server_args.cpu_allocator)
         slots = plan_slots(self.server_args.dp_size)
         targets = [(f"sglang-{replica_name(slot)}", run_scheduler_process, (slot, plan), plan.env) for slot in slots]
         targets.append(("sglang-detokenizer", run_detokenizer_process, (), {}))
-        readers = {}
         try:
             for name, target, extra, env in targets:
                 reader, writer = ctx.Pipe(duplex=False)
@@ -66,98 +75,47 @@ class EngineProcesses:
                     proc.start()
                 writer.close()
                 self.procs.append(proc)
-                readers[name] = (reader, proc)
+                self._readers[name] = (reader, proc)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def wait_ready(self) -> ModelInfo:
+        """Block until every spawned process reported READY (a ConfigError and a full stop if one
+        fails or times out)."""
+        try:
             infos = []
-            for name, (reader, proc) in readers.items():
-                msg = self._wait_ready(name.removeprefix("sglang-"), reader, proc)
+            for name, (reader, proc) in self._readers.items():
+                msg = wait_ready(name.removeprefix("sglang-"), reader, proc, self.server_args.startup_timeout)
                 if "model_info" in msg:
                     infos.append(msg["model_info"])
             self.model_info = merge_replica_infos(infos)
         except BaseException:
             self.shutdown()
             raise
+        self._readers.clear()
         for replica in self.model_info.replicas:
-            logger.info("replica %d: %s", replica.dp_rank, describe_replica(replica))
+            logger.info("%sreplica %d: %s", self.label, replica.dp_rank, describe_replica(replica))
         return self.model_info
 
-    def start_http_workers(self, model_info: ModelInfo, worker_entry: HttpWorkerEntry) -> None:
-        """Spawn the extra HTTP + tokenizer processes (worker ids 1..N-1) and wait until they serve.
-
-        `worker_entry` is the process's target (http_worker.run_http_worker_process), handed in by
-        the launch sequence so that this module, shared with the offline Engine, knows nothing of HTTP.
-        """
-        ctx = mp.get_context("spawn")
-        pending = []
-        for worker_id in range(1, self.server_args.tokenizer_worker_num):
-            reader, writer = ctx.Pipe(duplex=False)
-            proc = ctx.Process(
-                target=worker_entry,
-                name=f"sglang-http-{worker_id}",
-                args=(self.server_args, self.port_args, model_info, worker_id, writer, os.getpid()),
-                daemon=True,
-            )
-            proc.start()
-            writer.close()
-            self.procs.append(proc)
-            self.http_procs.append(proc)
-            pending.append((f"http-{worker_id}", reader, proc))
-        for name, reader, proc in pending:
-            self._wait_ready(name, reader, proc)
-
-    def _wait_ready(self, name: str, reader, proc: mp.Process) -> dict:
-        deadline = time.monotonic() + self.server_args.startup_timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ConfigError(f"The {name} process did not start within {self.server_args.startup_timeout:.0f} s")
-            ready = mp_wait([reader, proc.sentinel], timeout=left)
-            if reader in ready:
-                try:
-                    msg = reader.recv()
-                except EOFError:  # it died before saying anything: say how
-                    proc.join(5.0)
-                    raise ConfigError(
-                        f"The {name} process exited during start-up ({describe_exit(proc.exitcode)})"
-                    ) from None
-                if msg.get("status") == "ready":
-                    return msg
-                raise ConfigError(msg.get("message", f"the {name} process failed to start"))
-            if proc.sentinel in ready:
-                proc.join(1.0)
-                raise ConfigError(f"The {name} process exited during start-up ({describe_exit(proc.exitcode)})")
-
     def begin_stop(self) -> None:
-        """SIGTERM/SIGINT reached the server: the HTTP workers drain too, the engine keeps serving them.
+        """SIGTERM/SIGINT reached the server: the engine keeps serving the HTTP processes' drain.
 
-        Called from the signal handler. The scheduler and detokenizer keep running until
-        shutdown() (they ignore a process-group SIGTERM while we live, see utils/process.py).
+        The scheduler and detokenizer keep running until shutdown() (they ignore a process-group
+        SIGTERM while we live, see utils/process.py); a stall is no longer worth a kill.
         """
         self._draining = True
-        for p in self.http_procs:
-            if p.is_alive() and p.pid is not None:
-                os.kill(p.pid, signal.SIGTERM)
 
-    def notify_engine_dead(self) -> None:
-        """Tell the extra HTTP workers the engine died: they fail their requests with 503 and exit."""
-        for p in self.http_procs:
-            if p.is_alive() and p.pid is not None:
-                os.kill(p.pid, ENGINE_DEAD_SIGNAL)
-
-    def watch(self, on_death: Callable[[str], None], grace: float = 0.3) -> None:
-        """Call `on_death(reason)` from a thread if a child dies before shutdown() stops them, or
-        if an engine process stalls past --watchdog-exit-timeout (it is killed first).
-
-        HTTP workers exiting while we drain are expected (they drained too). A SIGTERM sent to the
-        whole process group reaches an HTTP worker maybe a moment before us, hence the short grace
-        before calling its exit a crash. The scheduler or detokenizer dying during a drain is a crash.
-        """
+    def watch(self, on_death: Callable[[str], None]) -> None:
+        """Call `on_death(reason)` from a thread if a process dies before shutdown() stops it, or
+        stalls past --watchdog-exit-timeout (it is killed first). A death during a drain is a crash too."""
         exit_after = self.server_args.watchdog_exit_timeout
         heartbeats = HeartbeatReader(self.port_args.ipc_dir)
 
         def _run() -> None:
-            watched = {p.sentinel: p for p in self.procs}
-            while watched:
-                ready = mp_wait(list(watched), timeout=heartbeat_interval(exit_after) if exit_after > 0 else None)
+            watched = [p.sentinel for p in self.procs]
+            while True:
+                ready = mp_wait(watched, timeout=heartbeat_interval(exit_after) if exit_after > 0 else None)
                 if self._stopping:
                     return
                 if not ready:
@@ -166,17 +124,10 @@ class EngineProcesses:
                         on_death(reason)
                         return
                     continue
-                proc = watched.pop(ready[0])
-                is_http = proc in self.http_procs
-                if is_http and not self._draining:
-                    time.sleep(grace)
-                if self._stopping:
-                    return
-                if is_http and self._draining:
-                    continue
+                proc = next(p for p in self.procs if p.sentinel == ready[0])
                 proc.join(1.0)
                 reason = f"{proc.name} exited unexpectedly ({describe_exit(proc.exitcode)})"
-                logger.error(reason)
+                logger.error("%s%s", self.label, reason)
                 on_death(reason)
                 return
 
@@ -200,20 +151,37 @@ class EngineProcesses:
         return bool(self.procs) and all(p.is_alive() for p in self.procs)
 
     def shutdown(self) -> None:
-        """Stop the HTTP workers (letting them finish a drain), then the scheduler and detokenizer."""
+        """Stop the scheduler(s) and the detokenizer and remove the sockets (idempotent)."""
         self._stopping = True
-        if self.http_procs:
-            grace = self.server_args.graceful_timeout
-            # Told to stop already: by begin_stop() (let them drain) or notify_engine_dead() (their
-            # requests have failed; they answer their open connections 503 for ENGINE_DEATH_GRACE).
-            drain = (grace + 5.0 if grace > 0 else None) if self._draining else ENGINE_DEATH_GRACE + 1.5
-            deadline = None if drain is None else time.monotonic() + drain
-            for p in self.http_procs:
-                p.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
-            terminate_processes(self.http_procs)
         mark_stopping(self.port_args.ipc_dir)
-        terminate_processes([p for p in self.procs if p not in self.http_procs])
+        terminate_processes(self.procs)
+        for reader, _ in self._readers.values():
+            reader.close()
+        self._readers.clear()
         self.port_args.cleanup()
+
+
+def wait_ready(name: str, reader, proc: mp.Process, timeout: float) -> dict:
+    """The READY message of a starting child (a ConfigError when it fails, dies or takes too long)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ConfigError(f"The {name} process did not start within {timeout:.0f} s")
+        ready = mp_wait([reader, proc.sentinel], timeout=left)
+        if reader in ready:
+            try:
+                msg = reader.recv()
+            except EOFError:  # it died before saying anything: say how
+                proc.join(5.0)
+                died = describe_exit(proc.exitcode)
+                raise ConfigError(f"The {name} process exited during start-up ({died})") from None
+            if msg.get("status") == "ready":
+                return msg
+            raise ConfigError(msg.get("message", f"the {name} process failed to start"))
+        if proc.sentinel in ready:
+            proc.join(1.0)
+            raise ConfigError(f"The {name} process exited during start-up ({describe_exit(proc.exitcode)})")
 
 
 def merge_replica_infos(infos: list[ModelInfo]) -> ModelInfo:

@@ -1,19 +1,29 @@
-"""The server's launch sequence: listen, start the engine processes and the extra HTTP workers,
-serve the app until a signal or an engine death, then stop everything.
+"""The server's launch sequence: listen, start every model's engine processes and the extra HTTP
+workers, serve the app until a signal or the engines' death, then stop everything.
 
-`sglang serve` (cli.py) calls `launch_server` once the flags and the model have been checked.
+`sglang serve` (cli.py) calls `launch_server` once the flags and the model(s) have been checked.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
+from typing import Optional
 
-from sglang.srt.entrypoints.engine_processes import EngineProcesses
+from sglang.srt.configs.served_models import plan_models
 from sglang.srt.entrypoints.http_worker import run_http_worker_process
+from sglang.srt.entrypoints.server_processes import ServerProcesses
 from sglang.srt.errors import ConfigError
 from sglang.srt.frontend.http.host_guard import is_loopback
-from sglang.srt.frontend.http.http_server import count_refusal, create_app, engine_died, start_draining
+from sglang.srt.frontend.http.server_app import (
+    count_refusal,
+    create_server_app,
+    engine_died,
+    member_apps,
+    model_died,
+    start_draining,
+)
 from sglang.srt.frontend.http.tls import check_tls
 from sglang.srt.frontend.http.uvicorn_server import make_listen_socket, make_server, serve
 from sglang.srt.metrics.prometheus import enable_multiprocess
@@ -23,10 +33,12 @@ from sglang.srt.utils.logging_utils import configure_logging
 logger = logging.getLogger(__name__)
 
 
-def launch_server(server_args: ServerArgs) -> int:
-    """Run the server until Ctrl-C / SIGTERM (exit 0) or a child process dies (exit 1)."""
+def launch_server(server_args: ServerArgs, models: Optional[list[ServerArgs]] = None) -> int:
+    """Run the server until Ctrl-C / SIGTERM (exit 0) or its engines die (exit 1): with several
+    models, one model's death fails only that model's requests; the server exits when all are dead."""
     configure_logging(server_args.log_level, fmt=server_args.log_format)
     check_tls(server_args)
+    models = models or plan_models(server_args)
     workers = server_args.tokenizer_worker_num
     try:
         sock = make_listen_socket(server_args.host, server_args.port, reuse_port=workers > 1)
@@ -36,36 +48,48 @@ def launch_server(server_args: ServerArgs) -> int:
         logger.warning(
             "listening on %s without --api-key: anyone who can reach the port may use the server", server_args.host
         )
-    engine = EngineProcesses(server_args)
+    processes = ServerProcesses(server_args, models)
     # Every process of this server (spawned from here on) writes its metrics here; any HTTP
     # worker's /metrics adds them up. Inside the private IPC directory: new now, removed at exit.
-    enable_multiprocess(os.path.join(engine.port_args.ipc_dir, "metrics"))
-    logger.info("starting the engine for %s", server_args.model_path)
+    enable_multiprocess(os.path.join(processes.ipc_dir, "metrics"))
+    logger.info("starting the engine for %s", ", ".join(m.model_path for m in models))
     exit_code = 0
     try:
-        model_info = engine.start()
-        engine.start_http_workers(model_info, run_http_worker_process)
-        app = create_app(server_args, engine.port_args, model_info, engine.alive)
+        served = processes.start()
+        processes.start_http_workers(run_http_worker_process)
+        app = create_server_app(server_args, served, [e.alive for e in processes.engines])
         server = make_server(app, server_args, on_reject=count_refusal(app))
 
         def on_signal() -> None:
             start_draining(app, server_args)
-            engine.begin_stop()
+            processes.begin_stop()
 
         server.on_signal = on_signal
+        dead: set[int] = set()
+        lock = threading.Lock()
 
-        def on_death(reason: str) -> None:
+        def on_death(reason: str) -> None:  # the server can serve nothing more: exit 1
             nonlocal exit_code
             exit_code = 1
-            engine.notify_engine_dead()
+            processes.notify_http_workers()
             engine_died(app, server, reason)
 
-        engine.watch(on_death)
-        logger.info("serving %s on %s with %d HTTP worker(s)", server_args.served_model_name, server_args.url, workers)
+        def on_model_death(index: int, reason: str) -> None:
+            with lock:
+                dead.add(index)
+                everyone = len(dead) == len(served)
+            if everyone:
+                return on_death(reason)
+            processes.notify_http_workers()
+            model_died(member_apps(app)[index], server, reason)
+
+        processes.watch(on_model_death, on_death)
+        names = ", ".join(m.name for m in served)
+        logger.info("serving %s on %s with %d HTTP worker(s)", names, server_args.url, workers)
         serve(server, sock)
     finally:
         sock.close()
-        engine.shutdown()
+        processes.shutdown()
     if exit_code:
         logger.error("the embedding engine died; exiting with status %d so a supervisor restarts the server", exit_code)
     return exit_code

@@ -22,9 +22,15 @@ from sglang.srt.server_args import ServerArgs
 def check_model_in_child(server_args: ServerArgs) -> None:
     """Raise the child's ConfigError, or set `server_args.tokenizer_class` (None: load through
     AutoTokenizer, e.g. a tokenizer with custom code or one that did not load in the check)."""
+    check_models_in_child([server_args])
+
+
+def check_models_in_child(models: list[ServerArgs]) -> None:
+    """check_model_in_child for every model of a server, in one child (torch is imported once); the
+    error of a server with several models names the model."""
     ctx = mp.get_context("spawn")
     reader, writer = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_check, args=(server_args, writer), name="sglang-model-check", daemon=True)
+    proc = ctx.Process(target=_check_all, args=(models, writer), name="sglang-model-check", daemon=True)
     proc.start()
     writer.close()
     try:
@@ -35,26 +41,35 @@ def check_model_in_child(server_args: ServerArgs) -> None:
     finally:
         reader.close()
     proc.join()
-    if msg["status"] != "ok":
-        raise ConfigError(msg["message"])
-    server_args.tokenizer_class = msg["tokenizer_class"]
+    for server_args, answer in zip(models, msg):
+        if answer["status"] != "ok":
+            named = f"model {server_args.served_model_name}: " if len(models) > 1 else ""
+            raise ConfigError(named + answer["message"])
+        server_args.tokenizer_class = answer["tokenizer_class"]
 
 
-def _check(server_args: ServerArgs, pipe: Connection) -> None:
+def _check_all(models: list[ServerArgs], pipe: Connection) -> None:
+    answers = []
+    for server_args in models:
+        answers.append(_check(server_args))
+        if answers[-1]["status"] != "ok":
+            break
+    pipe.send(answers)
+
+
+def _check(server_args: ServerArgs) -> dict:
     from sglang.srt.configs.model_config import check_model
     from sglang.srt.utils.hf_tokenizer import load_tokenizer, tokenizer_class_of
 
     try:
         check_model(server_args)
     except ConfigError as e:
-        pipe.send({"status": "error", "message": str(e)})
-        return
+        return {"status": "error", "message": str(e)}
     except Exception as e:  # unexpected: the traceback here, one line for the user
         traceback.print_exc()
-        pipe.send({"status": "error", "message": f"{type(e).__name__}: {e}"})
-        return
+        return {"status": "error", "message": f"{type(e).__name__}: {e}"}
     try:
         tokenizer = load_tokenizer(server_args.tokenizer_path, server_args.trust_remote_code)
     except Exception:  # the HTTP process reports it when it loads the tokenizer, as without this check
         tokenizer = None
-    pipe.send({"status": "ok", "tokenizer_class": tokenizer_class_of(tokenizer) if tokenizer is not None else None})
+    return {"status": "ok", "tokenizer_class": tokenizer_class_of(tokenizer) if tokenizer is not None else None}

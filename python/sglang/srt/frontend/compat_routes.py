@@ -48,7 +48,8 @@ from sglang.srt.utils.off_loop import off_loop
 
 def model_card(server_args: ServerArgs, model_info: ModelInfo, name: str, created: int) -> ModelCard:
     root = server_args.shown_model_path
-    return ModelCard(id=name, created=created, root=root, max_model_len=model_info.max_input_length)
+    caps = sorted(c.value for c in model_info.capabilities)
+    return ModelCard(id=name, created=created, root=root, max_model_len=model_info.max_input_length, capabilities=caps)
 
 
 def infinity_capabilities(model_info: ModelInfo) -> list[str]:

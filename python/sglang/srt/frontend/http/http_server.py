@@ -24,14 +24,12 @@ from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.frontend.cohere.routes import add_cohere_routes
 from sglang.srt.frontend.compat_routes import add_compat_routes, model_card
-from sglang.srt.frontend.http.engine_death import wind_down
 from sglang.srt.frontend.http.error_styles import ErrorStyles, tei_style
 from sglang.srt.frontend.http.http_errors import CLIENT_CLOSED, HTTP_STATUS, HttpError
 from sglang.srt.frontend.http.json_body import JsonBodyRoute
-from sglang.srt.frontend.http.middleware import UNMATCHED_ROUTE, ServerLifecycle, install_middleware, request_info
+from sglang.srt.frontend.http.middleware import ServerLifecycle, install_middleware, request_info
 from sglang.srt.frontend.http.response_parts import BinaryParts, Parts, PartsResponse
 from sglang.srt.frontend.http.trace_middleware import TraceRequests
-from sglang.srt.frontend.http.uvicorn_server import on_loop
 from sglang.srt.frontend.openai.protocol import EmbeddingRequest, ErrorResponse, ModelList
 from sglang.srt.frontend.openai.serving_classify import OpenAIServingClassify
 from sglang.srt.frontend.openai.serving_embed_all import ServingEmbedAll
@@ -180,8 +178,9 @@ def create_app(
 
     app = FastAPI(title="sglang-embed", version="0.1.0", lifespan=lifespan)
     app.router.route_class = JsonBodyRoute  # every route: orjson, large bodies off the loop
+    app.state.model_name = server_args.served_model_name
     created = int(time.time())
-    metrics = app.state.metrics = ServerMetrics()
+    metrics = app.state.metrics = ServerMetrics(server_args.served_model_name)  # every series: model=<name>
     app.state.lifecycle = ServerLifecycle()
     styles = app.state.error_styles = ErrorStyles()  # peers' routes answer errors in their own shape
     styles.register(tei_style, "/embed_sparse", "/embed_all")  # TEI's routes served here
@@ -316,31 +315,6 @@ def create_app(
     return app
 
 
-def count_refusal(app: FastAPI) -> Callable[[int], None]:
-    """Counts connections refused before reaching the app (431, 408, 503: http_protocol.py)."""
-    metrics: ServerMetrics = app.state.metrics
-    return lambda status: metrics.requests.inc(route=UNMATCHED_ROUTE, status=str(status))
-
-
-def start_draining(app: FastAPI, server_args: ServerArgs) -> None:
-    """SIGTERM/SIGINT: new requests get 503 from now on, in-flight ones get --graceful-timeout."""
-    lifecycle: ServerLifecycle = app.state.lifecycle
-    if not lifecycle.draining:
-        lifecycle.draining = True
-        limit = f"{server_args.graceful_timeout:g} s" if server_args.graceful_timeout > 0 else "no limit"
-        logger.info("shutting down: finishing in-flight requests (%s); new requests get 503", limit)
-
-
-def engine_died(app: FastAPI, server, reason: str) -> None:
-    """From any thread: fail in-flight and later requests with 503, let the answers go out, then
-    stop serving (exit 1); engine_death.py says why in that order."""
-    logger.error("failing in-flight and new requests with 503 and stopping: %s", reason)
-    if server.loop is None:  # not serving yet: nothing to answer
-        server.should_exit = True
-        return
-    on_loop(server, lambda: wind_down(server, lambda: _fail_all(app, reason)))
-
-
 def allowed_methods(routes, scope: dict) -> str:
     """The Allow header for a 405: the methods of every route matching the request's path.
 
@@ -385,10 +359,3 @@ def loggable_input(inp, max_items: int = 64, max_chars: int = 2000):
             x = {"text": (x.text or "")[:max_chars], "image": "<image>" if x.image else None}
         out.append(x)
     return out
-
-
-def _fail_all(app: FastAPI, reason: str) -> None:
-    tm: Optional[TokenizerManager] = getattr(app.state, "tokenizer_manager", None)
-    if tm is not None:
-        tm.on_engine_dead(reason)
-    app.state.lifecycle.dead_reason = reason

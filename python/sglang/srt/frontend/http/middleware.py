@@ -60,6 +60,8 @@ class ServerLifecycle:
 
     draining: bool = False
     dead_reason: Optional[str] = None  # an engine process died: every request gets 503 (engine_death.py)
+    # The server outlives that engine (another model still serves): its 503s keep the connection open.
+    server_lives: bool = False
 
 
 @dataclass
@@ -219,7 +221,8 @@ class DrainGuard:
         if scope["type"] == "http":
             if self.lifecycle.dead_reason is not None:
                 message = f"The embedding engine is unavailable: {self.lifecycle.dead_reason}"
-                return await send_error(scope, send, EmbeddingError(ErrorKind.UNAVAILABLE, message), CLOSE)
+                close = None if self.lifecycle.server_lives else CLOSE
+                return await send_error(scope, send, EmbeddingError(ErrorKind.UNAVAILABLE, message), close)
             if self.lifecycle.draining:
                 message = "The server is shutting down."
                 return await send_error(scope, send, EmbeddingError(ErrorKind.UNAVAILABLE, message), CLOSE)
@@ -286,7 +289,7 @@ class ApiKeyAuth:
         await self.app(scope, receive, send)
 
 
-def _json_content_type(value: str) -> bool:
+def json_content_type(value: str) -> bool:
     media, *params = [p.strip().lower() for p in value.split(";")]
     if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
         return False
@@ -340,7 +343,7 @@ class BodyLimits:
         if scope["method"] not in self.BODY_METHODS:
             return await self.app(scope, receive, send)
         ctype = _header(scope, b"content-type")
-        if ctype is None or not _json_content_type(ctype):
+        if ctype is None or not json_content_type(ctype):
             shown = "no Content-Type" if ctype is None else f"Content-Type {ctype[:100]!r}"
             return await send_error(
                 scope,
@@ -355,7 +358,7 @@ class BodyLimits:
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         while True:
             try:
-                message = await _receive_by(receive, deadline)
+                message = await receive_by(receive, deadline)
             except asyncio.TimeoutError:
                 return await send_error(
                     scope,
@@ -378,7 +381,7 @@ class BodyLimits:
                 return await send_error(scope, send, self.too_large(), CLOSE)
             if not more:
                 break
-        await self.app(scope, _replay(bytes(body), receive), send)
+        await self.app(scope, replay_body(bytes(body), receive), send)
 
 
 class QueueFullGuard:
@@ -396,13 +399,13 @@ class QueueFullGuard:
         await self.app(scope, receive, send)
 
 
-async def _receive_by(receive: Receive, deadline: Optional[float]) -> dict:
+async def receive_by(receive: Receive, deadline: Optional[float]) -> dict:
     if deadline is None:
         return await receive()
     return await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
+def replay_body(body: bytes, receive: Receive) -> Receive:
     """A receive() that yields the already-read body once, then defers (disconnect detection)."""
     sent = False
 

@@ -207,6 +207,9 @@ class ModelCard(BaseModel):
     owned_by: str = "sglang"
     root: Optional[str] = None
     max_model_len: Optional[int] = None
+    # What the model answers (embed, rerank, classify, sparse, multi_vector, token_embed, image):
+    # with several models behind one server, which one to name for which route.
+    capabilities: list[str] = []
 
 
 class ModelList(BaseModel):

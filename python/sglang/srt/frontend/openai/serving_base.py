@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Generic, Optional, TypeVar
+from typing import Generic, Optional, Sequence, TypeVar
 
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.frontend.http.response_parts import Body
@@ -24,11 +24,13 @@ from sglang.srt.wire.io_struct import EmbeddingReqInput
 RequestT = TypeVar("RequestT")
 
 
-def model_not_found(requested: str) -> EmbeddingError:
-    """OpenAI's 404 for a `model` this server does not serve (a long name is echoed shortened)."""
+def model_not_found(requested: str, served: Sequence[str] = ()) -> EmbeddingError:
+    """OpenAI's 404 for a `model` this server does not serve (a long name is echoed shortened); a
+    server with several models names the ones it serves."""
     shown = requested if len(requested) <= 200 else requested[:200] + "..."
+    names = f" This server serves {', '.join(f'`{n}`' for n in served)}." if served else ""
     return EmbeddingError(
-        ErrorKind.MODEL_NOT_FOUND, f"The model `{shown}` does not exist.", param="model", code="model_not_found"
+        ErrorKind.MODEL_NOT_FOUND, f"The model `{shown}` does not exist.{names}", param="model", code="model_not_found"
     )
 
 

@@ -1,0 +1,225 @@
+"""Several models behind one server: each model's ServerArgs, from repeated --model-path or a models file.
+
+A model gets the command line's options, overridden by its entry in --models-config. Only options
+that belong to one model may differ (its weights, names, dtype, batching, replicas, queue share);
+what belongs to the port (host, TLS, API key, limits of a request, HTTP workers) is the command
+line's alone, so an entry naming it is refused rather than silently ignored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from sglang.srt.configs.model_info import ModelInfo
+from sglang.srt.errors import ConfigError
+from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.network import PortArgs
+
+# The ServerArgs fields a models-file entry may set: the "model", "batching" and "execution" flags,
+# the replicas and the image resize bounds (the image limits of a request stay server-wide).
+PER_MODEL_FIELDS = frozenset(
+    {
+        "model_path",
+        "tokenizer_path",
+        "served_model_name",
+        "is_embedding",
+        "trust_remote_code",
+        "revision",
+        "download_dir",
+        "dtype",
+        "quantization",
+        "device",
+        "context_length",
+        "allow_auto_truncate",
+        "json_model_override_args",
+        "chat_template",
+        "sparse_head",
+        "default_prompt_name",
+        "default_prompt",
+        "pooler_config",
+        "max_embed_len",
+        "max_batch_size",
+        "max_num_tokens",
+        "max_queue_delay",
+        "max_queue_size",
+        "cpu_threads",
+        "attention_backend",
+        "cpu_allocator",
+        "cpu_pool_mb",
+        "disable_cuda_graph",
+        "cuda_graph_mode",
+        "cuda_graph_max_tokens",
+        "cuda_graph_max_seqs",
+        "mem_fraction_static",
+        "dp_size",
+        "load_balance_method",
+        "base_gpu_id",
+        "startup_timeout",
+        "mm_min_pixels",
+        "mm_max_pixels",
+    }
+)
+# Other spellings an entry may use (the flags' aliases), by field.
+KEY_ALIASES = {
+    "hf_overrides": "json_model_override_args",
+    "override_pooler_config": "pooler_config",
+    "max_running_requests": "max_batch_size",
+    "max_prefill_tokens": "max_num_tokens",
+    "model": "model_path",
+}
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """One model of a running server, as the HTTP processes need it: its options, the sockets of its
+    engine processes, and what its scheduler reported at start-up (picklable: HTTP workers get it)."""
+
+    args: ServerArgs
+    port_args: PortArgs
+    info: ModelInfo
+
+    @property
+    def name(self) -> str:
+        return self.args.served_model_name
+
+
+def plan_models(base: ServerArgs) -> list[ServerArgs]:
+    """Every model's ServerArgs: `[base]` for one model; a ConfigError names a bad entry or a name
+    two models claim, before any process starts."""
+    if base.models_config:
+        entries = read_models_file(base.models_config)
+    elif base.more_model_paths:
+        entries = [{"model_path": p} for p in (base.model_path, *base.more_model_paths)]
+    else:
+        return [base]
+    models = [model_args(base, entry, where) for where, entry in entries_with_place(base, entries)]
+    check_names(models)
+    return models
+
+
+def entries_with_place(base: ServerArgs, entries: list[dict]) -> list[tuple[str, dict]]:
+    origin = base.models_config or "--model-path"
+    return [(f"{origin} model {i + 1}", entry) for i, entry in enumerate(entries)]
+
+
+def read_models_file(path: str) -> list[dict]:
+    """The entries of a models file: a list of mappings, or a mapping with a `models` list."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise ConfigError(f"--models-config {path}: {e.strerror}") from None
+    if path.endswith((".yaml", ".yml")):
+        data = _load_yaml(path, text)
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"--models-config {path} is not valid JSON: {e}") from None
+    if isinstance(data, dict) and "models" in data:
+        data = data["models"]
+    if not isinstance(data, list) or not data or not all(isinstance(e, dict) for e in data):
+        raise ConfigError(f"--models-config {path} must hold a non-empty list of models, or a `models:` list")
+    return data
+
+
+def _load_yaml(path: str, text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--models-config {path} is not valid YAML: {e}") from None
+
+
+def model_args(base: ServerArgs, entry: dict, where: str) -> ServerArgs:
+    """`base` with the entry's options: the model's own ServerArgs (validated like the command line)."""
+    actions = _flag_actions()
+    changes: dict[str, Any] = {}
+    for raw_key, value in entry.items():
+        key = str(raw_key).replace("-", "_")
+        key = KEY_ALIASES.get(key, key)
+        if key not in PER_MODEL_FIELDS:
+            if key in {f.name for f in dataclasses.fields(ServerArgs)}:
+                raise ConfigError(f"{where}: `{raw_key}` is a server-wide setting: give it on the command line")
+            raise ConfigError(f"{where}: unknown key `{raw_key}`")
+        changes[key] = _coerce(key, value, actions.get(key), where)
+    if not changes.get("model_path"):
+        raise ConfigError(f"{where}: needs a model-path")
+    # What the first model's flags derived (its name, tokenizer, paths) is not every model's.
+    fresh = {
+        "served_model_name": None,
+        "served_model_aliases": [],
+        "tokenizer_path": None,
+        "more_model_paths": [],
+        "models_config": None,
+    }
+    try:
+        return dataclasses.replace(base, **{**fresh, **changes})
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def _coerce(key: str, value: Any, action: Optional[argparse.Action], where: str) -> Any:
+    """An entry's value as its flag would have parsed it (type and choices), so a file and the
+    command line accept the same things."""
+    if key in ("json_model_override_args", "pooler_config") and isinstance(value, dict):
+        return json.dumps(value)
+    if key == "served_model_name":
+        names = value if isinstance(value, list) else [value]
+        if not names or not all(isinstance(n, str) and n for n in names):
+            raise ConfigError(f"{where}: served-model-name must be a name or a list of names")
+        return names
+    if action is None:
+        return value
+    if action.nargs == 0:  # a store_true flag
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: `{key.replace('_', '-')}` must be true or false")
+        return value
+    if value is None:
+        return None
+    if isinstance(value, bool) or isinstance(value, (list, dict)):
+        raise ConfigError(f"{where}: `{key.replace('_', '-')}` must be a single value")
+    converted = value
+    if action.type is not None:
+        try:
+            converted = action.type(str(value))
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: `{key.replace('_', '-')}`: invalid value {value!r}") from None
+    elif not isinstance(value, str):
+        converted = str(value)
+    if action.choices is not None and converted not in action.choices:
+        named = ", ".join(str(c) for c in action.choices)
+        raise ConfigError(f"{where}: `{key.replace('_', '-')}` must be one of {named}")
+    return converted
+
+
+def _flag_actions() -> dict[str, argparse.Action]:
+    parser = argparse.ArgumentParser(add_help=False)
+    ServerArgs.add_cli_args(parser)
+    return {a.dest: a for a in parser._actions}
+
+
+def check_names(models: list[ServerArgs]) -> None:
+    """Refuse a name (or alias) two models claim: a request naming it could not be routed."""
+    owner: dict[str, str] = {}
+    for m in models:
+        for name in m.served_model_names:
+            if name in owner:
+                raise ConfigError(
+                    f"models {owner[name]} and {m.model_path} both claim the name '{name}': "
+                    "give them different served-model-name values"
+                )
+            owner[name] = m.model_path
+
+
+def model_label(args: ServerArgs) -> str:
+    """How start-up lines name a model: its served name, and its path where they differ."""
+    name, path = args.served_model_name, args.model_path
+    shown = os.path.basename(path.rstrip("/")) if os.path.isdir(path) else path
+    return name if name in (path, shown) else f"{name} ({shown})"
