@@ -121,8 +121,9 @@ def test_oversized_headers_get_431_and_slow_ones_408(server):
     assert reply.startswith(b"HTTP/1.1 408 ") and b"--body-timeout" in reply
     assert 1.0 < time.monotonic() - t0 < 5.0
     m = _metrics(server)
-    assert value(m, "sglang_http_requests_total", route="unmatched", status="431") >= 1
-    assert value(m, "sglang_http_requests_total", route="/v1/embeddings", status="408") >= 1
+    model = "all-MiniLM-L6-v2"  # refusals before the app count under the app's model, as its requests do
+    assert value(m, "sglang_http_requests_total", model=model, route="unmatched", status="431") >= 1
+    assert value(m, "sglang_http_requests_total", model=model, route="/v1/embeddings", status="408") >= 1
 
 
 def test_connections_beyond_the_cap_get_503_and_the_server_recovers(server):

@@ -166,6 +166,13 @@ def test_metrics_parse_and_move(hardened_server):
     assert value(after, "sglang_batch_size_count") > value(before, "sglang_batch_size_count")
     assert value(after, "sglang_batch_size_bucket", le="2.0") == value(after, "sglang_batch_size_count")
     assert "sglang_queue_length" in after and "sglang_http_requests_in_flight" in after
+    # Every series, the HTTP side's and the scheduler's, names the model it counts: the served name.
+    models = requests.get(hardened_server.base_url + "/v1/models", headers=hardened_server.headers, timeout=10)
+    served = models.json()["data"][0]["id"]
+    unnamed = [
+        (s, labels) for fam in after.values() for s, labels, _ in fam["samples"] if labels.get("model") != served
+    ]
+    assert served == "all-MiniLM-L6-v2" and not unnamed, unnamed
 
 
 def test_one_json_log_line_per_request_without_input_text(hardened_server):

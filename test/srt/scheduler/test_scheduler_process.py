@@ -121,7 +121,7 @@ def test_a_batch_is_counted_before_its_answer_is_sent(sockets, monkeypatch):
     import sglang.srt.scheduler.scheduler_process as scheduler_process
 
     recv, _, out_push, out_pull = sockets
-    metrics = SchedulerMetrics({"dp_rank": "1"})
+    metrics = SchedulerMetrics("m", {"dp_rank": "1"})
     counted_at_send = []
     real_send = scheduler_process.send
 

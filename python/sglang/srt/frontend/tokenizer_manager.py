@@ -104,7 +104,7 @@ class TokenizerManager:
         tracing: Optional[Tracing] = None,
     ) -> None:
         self.server_args = server_args
-        self.metrics = metrics or ServerMetrics()
+        self.metrics = metrics or ServerMetrics(server_args.served_model_name)
         self.tracing = tracing or Tracing()  # disabled unless --enable-trace
         # The scheduler times out inputs queued past --request-timeout; this backstop times out
         # anything still unanswered at twice that (a batch that never ends, a lost message).

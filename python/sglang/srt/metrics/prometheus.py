@@ -8,13 +8,16 @@ server: every HTTP worker's requests and the scheduler's queue and batches. Outs
 (the offline Engine, unit tests) metrics stay in memory and a registry renders its own.
 
 The wrappers keep the project's small interface (`inc(**labels)`, `get(**labels)`, ...) so call
-sites do not touch `.labels(...)` children.
+sites do not touch `.labels(...)` children. `constant` labels (the served model's name, a replica's
+rank) are bound once when a metric is made and added to every sample: in multiprocess mode a sample's
+slot in the files is keyed by its name and label values, so two metric sets of one name (one per
+served model in one process) keep separate totals only if their constant labels differ.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, generate_latest, values
@@ -40,26 +43,44 @@ def multiprocess_dir() -> Optional[str]:
     return os.environ.get(MULTIPROC_ENV) or None
 
 
+Labels = Optional[Mapping[str, str]]
+
+
+def _names(labelnames: Sequence[str], constant: Labels) -> tuple[str, ...]:
+    """The label names prometheus-client is given: the constant ones first, then the call sites'."""
+    fixed = tuple(constant or ())
+    shared = set(fixed) & set(labelnames)
+    if shared:
+        raise ValueError(f"labels {sorted(shared)} are both constant and per call")
+    return fixed + tuple(labelnames)
+
+
 class _Metric:
-    def __init__(self, metric, labelnames: Sequence[str]) -> None:
+    def __init__(self, metric, labelnames: Sequence[str], constant: Labels = None) -> None:
         self._metric = metric
-        self.labelnames = tuple(labelnames)
+        self.labelnames = tuple(labelnames)  # what each call passes
+        self.constant = {k: str(v) for k, v in (constant or {}).items()}
+        if self.constant and not self.labelnames:
+            self._child({})  # the one series exists (at zero) from the start, as an unlabelled metric's does
 
     def _child(self, labels: dict[str, str]):
         if set(labels) != set(self.labelnames):
             raise ValueError(f"{self._metric._name} takes labels {self.labelnames}, got {tuple(labels)}")
-        if not self.labelnames:
+        if not self.labelnames and not self.constant:
             return self._metric
-        return self._metric.labels(**{k: str(v) for k, v in labels.items()})
+        return self._metric.labels(**self.constant, **{k: str(v) for k, v in labels.items()})
 
 
 class Counter(_Metric):
     """A total that only goes up; the name ends in `_total`."""
 
-    def __init__(self, name: str, help_text: str, labelnames: Sequence[str] = (), registry=None) -> None:
+    def __init__(
+        self, name: str, help_text: str, labelnames: Sequence[str] = (), registry=None, constant: Labels = None
+    ) -> None:
         if not name.endswith("_total"):
             raise ValueError("counter names end in _total")
-        super().__init__(prometheus_client.Counter(name, help_text, labelnames, registry=registry), labelnames)
+        counter = prometheus_client.Counter(name, help_text, _names(labelnames, constant), registry=registry)
+        super().__init__(counter, labelnames, constant)
         self.name = name
 
     def inc(self, amount: float = 1.0, **labels: str) -> None:
@@ -74,10 +95,17 @@ class Gauge(_Metric):
     (prometheus-client's multiprocess_mode: `livesum` adds the processes that are alive)."""
 
     def __init__(
-        self, name: str, help_text: str, labelnames: Sequence[str] = (), registry=None, mode: str = "livesum"
+        self,
+        name: str,
+        help_text: str,
+        labelnames: Sequence[str] = (),
+        registry=None,
+        mode: str = "livesum",
+        constant: Labels = None,
     ) -> None:
-        gauge = prometheus_client.Gauge(name, help_text, labelnames, registry=registry, multiprocess_mode=mode)
-        super().__init__(gauge, labelnames)
+        names = _names(labelnames, constant)
+        gauge = prometheus_client.Gauge(name, help_text, names, registry=registry, multiprocess_mode=mode)
+        super().__init__(gauge, labelnames, constant)
         self.name = name
 
     def set(self, value: float, **labels: str) -> None:
@@ -97,11 +125,18 @@ class Histogram(_Metric):
     """Observations counted into fixed upper bounds (`le`), plus their sum and count."""
 
     def __init__(
-        self, name: str, help_text: str, buckets: Iterable[float], labelnames: Sequence[str] = (), registry=None
+        self,
+        name: str,
+        help_text: str,
+        buckets: Iterable[float],
+        labelnames: Sequence[str] = (),
+        registry=None,
+        constant: Labels = None,
     ) -> None:
         bounds = sorted(float(b) for b in buckets)
-        hist = prometheus_client.Histogram(name, help_text, labelnames, registry=registry, buckets=bounds)
-        super().__init__(hist, labelnames)
+        names = _names(labelnames, constant)
+        hist = prometheus_client.Histogram(name, help_text, names, registry=registry, buckets=bounds)
+        super().__init__(hist, labelnames, constant)
         self.name = name
 
     def observe(self, value: float, **labels: str) -> None:

@@ -3,7 +3,8 @@
 Written by the scheduler process itself (into the server's multiprocess directory, see
 prometheus.py), so the queue gauge is current even when no result is on its way (aborts,
 disconnects, an idle server) and a batch is counted once however many HTTP workers it served.
-`labels` are constant labels of this scheduler's series (a data-parallel rank, say), empty for one.
+Every series carries the served model's name as `model` (as the HTTP side's do), plus `labels`:
+further constant labels of this scheduler (its data-parallel rank).
 """
 
 from __future__ import annotations
@@ -18,29 +19,30 @@ BATCH_TOKEN_BUCKETS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 
 
 class SchedulerMetrics:
-    def __init__(self, labels: Optional[dict[str, str]] = None) -> None:
-        self.labels = {k: str(v) for k, v in (labels or {}).items()}
-        names = tuple(self.labels)
+    def __init__(self, model: str, labels: Optional[dict[str, str]] = None) -> None:
+        if not model:
+            raise ValueError("SchedulerMetrics needs the served model's name (its `model` label)")
+        self.labels = {"model": model, **{k: str(v) for k, v in (labels or {}).items()}}
+        c = self.labels
         self.registry = Registry()
         r = self.registry.collectors
         self.queue_length = Gauge(
-            "sglang_queue_length", "Inputs waiting in the scheduler queue now.", names, registry=r
+            "sglang_queue_length", "Inputs waiting in the scheduler queue now.", registry=r, constant=c
         )
         self.batch_size = Histogram(
-            "sglang_batch_size", "Inputs per forward pass.", BATCH_SIZE_BUCKETS, names, registry=r
+            "sglang_batch_size", "Inputs per forward pass.", BATCH_SIZE_BUCKETS, registry=r, constant=c
         )
         self.batch_tokens = Histogram(
-            "sglang_batch_tokens", "Tokens per forward pass.", BATCH_TOKEN_BUCKETS, names, registry=r
+            "sglang_batch_tokens", "Tokens per forward pass.", BATCH_TOKEN_BUCKETS, registry=r, constant=c
         )
         self.forward_duration = Histogram(
-            "sglang_forward_duration_seconds", "Forward-pass time per batch.", DURATION_BUCKETS, names, registry=r
+            "sglang_forward_duration_seconds", "Forward-pass time per batch.", DURATION_BUCKETS, registry=r, constant=c
         )
-        self.queue_length.set(0, **self.labels)  # the series exists (at its idle value) from the start
 
     def observe_queue(self, queue_length: int) -> None:
-        self.queue_length.set(queue_length, **self.labels)
+        self.queue_length.set(queue_length)
 
     def observe_batch(self, batch_size: int, batch_tokens: int, forward_time: float = 0.0) -> None:
-        self.batch_size.observe(batch_size, **self.labels)
-        self.batch_tokens.observe(batch_tokens, **self.labels)
-        self.forward_duration.observe(forward_time, **self.labels)
+        self.batch_size.observe(batch_size)
+        self.batch_tokens.observe(batch_tokens)
+        self.forward_duration.observe(forward_time)

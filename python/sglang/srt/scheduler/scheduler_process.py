@@ -69,7 +69,8 @@ def run_scheduler_process(
     model_info = dataclasses.replace(runner.model_info(), memory=memory.info())
     ready_pipe.send({"status": "ready", "model_info": model_info})
     ready_pipe.close()
-    metrics = SchedulerMetrics({"dp_rank": slot.dp_rank})  # one series per replica (--dp-size)
+    # one series per model and replica (--dp-size)
+    metrics = SchedulerMetrics(server_args.served_model_name, {"dp_rank": slot.dp_rank})
     SchedulerLoop(scheduler, recv, send, memory, metrics, heartbeat).run_forever()
 
 

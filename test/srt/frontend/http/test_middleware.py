@@ -184,7 +184,7 @@ def test_body_that_does_not_arrive_in_time_is_408():
 
 
 def test_client_leaving_mid_body_is_a_499_not_a_500():
-    metrics = ServerMetrics()
+    metrics = ServerMetrics("m")
     app = RequestContext(BodyLimits(Echo(), 1000), metrics, lambda: {"/v1/embeddings"})
     sent = call_raw(app, chunks=(b'{"in',))
     assert sent == []  # nobody to answer
@@ -256,7 +256,7 @@ def test_queue_full_guard_refuses_inference_routes_only_while_there_is_no_room()
 
 
 def test_request_context_ids_metrics_and_log_line(caplog):
-    metrics = ServerMetrics()
+    metrics = ServerMetrics("m")
     app = RequestContext(ApiKeyAuth(Echo(), "k"), metrics, lambda: {"/v1/embeddings", "/health"}, log_requests=True)
     with caplog.at_level(logging.INFO, logger=REQUEST_LOGGER):
         _, headers, _, _ = call(app, headers={"x-request-id": "client-7", "authorization": "Bearer k"})
@@ -281,7 +281,7 @@ def test_request_context_ids_metrics_and_log_line(caplog):
 
 
 def test_request_cancelled_by_the_shutdown_deadline_gets_a_503():
-    metrics = ServerMetrics()
+    metrics = ServerMetrics("m")
     entered = asyncio.Event()  # bound to the loop that first waits on it
 
     async def stuck(scope, receive, send):
