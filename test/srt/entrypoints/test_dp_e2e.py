@@ -203,7 +203,7 @@ def test_engine_dp2_spreads_a_10000_text_call_over_both_replicas_in_order(tmp_pa
     texts = [" ".join(WORDS[(i * k) % len(WORDS)] for k in range(1, 2 + i % 7)) + f" {i}" for i in range(10_000)]
     with sglang.Engine(model_path=model, dp_size=2) as engine:
         assert [r["dp_rank"] for r in engine.get_model_info()["replicas"]] == [0, 1]
-        router = engine._tm.router  # the Engine's own tokenizer manager's: count what each replica is sent
+        router = engine.model().tm.router  # the Engine's own tokenizer manager's: count what each replica is sent
         inputs, send_part = [0, 0], router._send_part
 
         def counting_send(part, reqs):

@@ -28,6 +28,8 @@ PROCESS_MODULES = [
     "sglang.srt.entrypoints.launch",
     "sglang.srt.entrypoints.http_worker",
     "sglang.srt.entrypoints.engine_processes",
+    "sglang.srt.entrypoints.server_processes",
+    "sglang.srt.configs.served_models",
     "sglang.srt.entrypoints.model_check",
     "sglang.srt.frontend.http.http_server",
     "sglang.srt.renderer.detokenizer_manager",

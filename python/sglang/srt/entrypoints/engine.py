@@ -6,6 +6,10 @@ Usage:
         out = engine.encode(["a", "b"])   # [{"embedding": [...], "meta_info": {...}}, ...]
         vecs = engine.encode(["a", "b"], normalize_embeddings=True)  # sentence-transformers' answer:
                                                                      # float32 numpy array [2, dim]
+
+Several models (each with its own scheduler, loaded side by side), picked per call by name:
+    with sglang.Engine(model_path=["/models/embedder", "/models/reranker"]) as engine:
+        engine.encode("a", model="/models/embedder")   # the first model when `model` is not given
 """
 
 from __future__ import annotations
@@ -13,16 +17,19 @@ from __future__ import annotations
 import asyncio
 import atexit
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 import orjson
 
 from sglang.srt.configs.model_config import check_model
-from sglang.srt.configs.model_info import OutputKind
-from sglang.srt.entrypoints.engine_processes import EngineProcesses
+from sglang.srt.configs.model_info import ModelInfo, OutputKind
+from sglang.srt.configs.served_models import ServedModel, plan_models
+from sglang.srt.entrypoints.server_processes import ServerProcesses
 from sglang.srt.frontend.embed_options import set_prompt
 from sglang.srt.frontend.inputs import Prompt, normalize_input
 from sglang.srt.frontend.openai.multi_vector import multi_vector_output
+from sglang.srt.frontend.openai.serving_base import model_not_found
 from sglang.srt.frontend.tokenizer_manager import TokenizerManager
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.tracing import Tracing
@@ -38,35 +45,65 @@ def _sparse_payload(payload: bytes) -> dict[int, float]:
     return {int(k): v for k, v in orjson.loads(payload).items()}
 
 
-class Engine:
-    """Starts the scheduler and detokenizer processes; tokenizes in the caller's process.
+@dataclass(frozen=True)
+class EngineModel:
+    """One model of an Engine: its options, what its scheduler reported, and its TokenizerManager."""
 
-    Takes the keyword arguments of ServerArgs (`max_batch_size=...`, `dtype=...`, ...).
+    args: ServerArgs
+    info: ModelInfo
+    tm: TokenizerManager
+
+
+class Engine:
+    """Starts each model's scheduler and detokenizer processes; tokenizes in the caller's process.
+
+    Takes the keyword arguments of ServerArgs (`max_batch_size=...`, `dtype=...`, ...);
+    `model_path` may be a list, or `models_config` a models file (docs/scaling.md), for several models.
     """
 
-    def __init__(self, model_path: Optional[str] = None, is_embedding: bool = True, **kwargs) -> None:
+    def __init__(self, model_path: Union[str, list[str], None] = None, is_embedding: bool = True, **kwargs) -> None:
         self.server_args = ServerArgs(model_path=model_path, is_embedding=is_embedding, **kwargs)
-        check_model(self.server_args)  # config problems surface here, before any process starts
-        self._processes = EngineProcesses(self.server_args)
+        models = plan_models(self.server_args)
+        for args in models:  # config problems surface here, before any process starts
+            check_model(args)
+        self._processes = ServerProcesses(self.server_args, models)
         args = self.server_args
         self._tracing = Tracing.start(args.enable_trace, args.otlp_traces_endpoint, "engine")
         self._closed = False
         self._sentence_encoder: Optional["SentenceEncoder"] = None
-        self.model_info = self._processes.start()
+        served = self._processes.start()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="sglang-engine-loop", daemon=True)
         self._thread.start()
-        self._tm: TokenizerManager = self._call(self._make_tokenizer_manager())
-        self._processes.watch(lambda reason: self._loop.call_soon_threadsafe(self._tm.on_engine_dead, reason))
+        self.models: dict[str, EngineModel] = {}
+        for m in served:
+            model = EngineModel(m.args, m.info, self._call(self._make_tokenizer_manager(m)))
+            self.models.update({name: model for name in m.args.served_model_names})
+        self._order = [self.models[m.name] for m in served]
+        # The first model's options and info: what a one-model Engine always exposed.
+        self.server_args, self.model_info = self._order[0].args, self._order[0].info
+        self._processes.watch(self._on_model_death, lambda reason: None)
         atexit.register(self.shutdown)
 
-    async def _make_tokenizer_manager(self) -> TokenizerManager:
-        tm = TokenizerManager(self.server_args, self._processes.port_args, self.model_info, tracing=self._tracing)
+    async def _make_tokenizer_manager(self, served: ServedModel) -> TokenizerManager:
+        tm = TokenizerManager(served.args, served.port_args, served.info, tracing=self._tracing)
         tm.start()
         return tm
 
+    def _on_model_death(self, index: int, reason: str) -> None:
+        self._loop.call_soon_threadsafe(self._order[index].tm.on_engine_dead, reason)
+
     def _call(self, coro):
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def model(self, name: Optional[str] = None) -> EngineModel:
+        """The model served as `name` (a name or alias; None: the first model)."""
+        if name is None:
+            return self._order[0]
+        model = self.models.get(name)
+        if model is None:
+            raise model_not_found(name, [m.args.served_model_name for m in self._order])
+        return model
 
     def encode(
         self,
@@ -75,6 +112,7 @@ class Engine:
         multi_vector: Optional[bool] = None,
         input_type: Optional[str] = None,
         prompt_prefix: Optional[str] = None,
+        model: Optional[str] = None,
         **st_kwargs: Any,
     ) -> Union[dict, list[dict], Any]:
         """Embed one input (-> dict) or a batch (-> list of dicts), like SGLang's Engine.encode.
@@ -99,9 +137,14 @@ class Engine:
         picks the model's prompt of that name, as on /v1/embeddings (frontend/input_types.py);
         `prompt_prefix` is a raw prefix for every text input instead ("": none, not even the default).
 
+        `model` picks one of several models by name (default: the first); sentence-transformers'
+        arguments always use the first model.
+
         Raises EmbeddingError for a bad input, with the same message the HTTP API would give.
         """
         if st_kwargs:
+            if model is not None:
+                raise TypeError("model= picks one of several models for SGLang's encode arguments only")
             if dimensions is not None or multi_vector is not None or input_type is not None:
                 raise TypeError(
                     "dimensions / multi_vector / input_type are SGLang's encode arguments; with "
@@ -110,18 +153,19 @@ class Engine:
             return self.sentence_encoder.encode(prompt, prompt=prompt_prefix, **st_kwargs)
         if prompt is None:
             raise TypeError("encode() missing 1 required argument: 'prompt'")
+        target = self.model(model)
+        info, served = target.info, target.args.served_model_name
         req, single = normalize_input(prompt)
-        served = self.server_args.served_model_name
-        validate_dimensions(dimensions, self.model_info, served)
+        validate_dimensions(dimensions, info, served)
         req.dimensions = dimensions
-        req.token_output = multi_vector_output(self.model_info, served, multi_vector, input_type, dimensions)
-        set_prompt(req, self.model_info, prompt=prompt_prefix, input_type=input_type)  # that prompt, or the default
-        sparse = self.model_info.embeddings_output is OutputKind.SPARSE and req.token_output is None
+        req.token_output = multi_vector_output(info, served, multi_vector, input_type, dimensions)
+        set_prompt(req, info, prompt=prompt_prefix, input_type=input_type)  # that prompt, or the default
+        sparse = info.embeddings_output is OutputKind.SPARSE and req.token_output is None
         req.encoding_format = FORMAT_SPARSE_DICT if sparse else FORMAT_RAW
         payloads, prompt_tokens, token_ids = [], [], []
         # A call larger than --max-queue-size could never be queued whole: it goes in parts.
-        for part in req.split(self.server_args.max_queue_size):
-            result = self._call(self._tm.embed(part))
+        for part in req.split(target.args.max_queue_size):
+            result = self._call(target.tm.embed(part))
             payloads += result.payloads
             prompt_tokens += result.prompt_tokens
             token_ids += result.token_ids or [None] * len(result.payloads)
@@ -154,8 +198,8 @@ class Engine:
             self._sentence_encoder = SentenceEncoder(self)
         return self._sentence_encoder
 
-    def get_model_info(self) -> dict:
-        return self.model_info.to_dict()
+    def get_model_info(self, model: Optional[str] = None) -> dict:
+        return self.model(model).info.to_dict()
 
     def shutdown(self) -> None:
         if self._closed:
@@ -163,7 +207,8 @@ class Engine:
         self._closed = True
         try:
             if self._loop.is_running():
-                self._call(self._tm.close())
+                for model in self._order:
+                    self._call(model.tm.close())
                 self._loop.call_soon_threadsafe(self._loop.stop)
                 self._thread.join(timeout=5)
         finally:
