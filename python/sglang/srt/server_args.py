@@ -171,12 +171,13 @@ class ServerArgs:
             paths = [str(p) for p in self.model_path]
             self.model_path = paths[0] if paths else None
             self.more_model_paths = [*paths[1:], *self.more_model_paths]
-        if self.more_model_paths and self.models_config:
+        # With several models these name one model, which one would be a guess: refused, not ignored.
+        if self.models_config and self.model_path is not None:
             raise ConfigError("--models-config names every model: give it without --model-path")
-        if self.more_model_paths and self.served_model_name is not None:
-            raise ConfigError(
-                "--served-model-name names one model; with several --model-path, name each in --models-config"
-            )
+        if (self.more_model_paths or self.models_config) and self.served_model_name is not None:
+            raise ConfigError("--served-model-name names one model; with several models, name each in --models-config")
+        if (self.more_model_paths or self.models_config) and self.tokenizer_path is not None:
+            raise ConfigError("--tokenizer-path is one model's; with several models, give each in --models-config")
         if isinstance(self.served_model_name, (list, tuple)):
             names = [str(n) for n in self.served_model_name]
             self.served_model_name = names[0] if names else None
