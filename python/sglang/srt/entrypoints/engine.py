@@ -82,7 +82,7 @@ class Engine:
         self._order = [self.models[m.name] for m in served]
         # The first model's options and info: what a one-model Engine always exposed.
         self.server_args, self.model_info = self._order[0].args, self._order[0].info
-        self._processes.watch(self._on_model_death, lambda reason: None)
+        self._processes.watch(self._on_model_death, lambda reason: None, self._on_model_revived)
         atexit.register(self.shutdown)
 
     async def _make_tokenizer_manager(self, served: ServedModel) -> TokenizerManager:
@@ -92,6 +92,9 @@ class Engine:
 
     def _on_model_death(self, index: int, reason: str) -> None:
         self._loop.call_soon_threadsafe(self._order[index].tm.on_engine_dead, reason)
+
+    def _on_model_revived(self, index: int) -> None:
+        self._loop.call_soon_threadsafe(self._order[index].tm.on_engine_back)
 
     def _call(self, coro):
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()

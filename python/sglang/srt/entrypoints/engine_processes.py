@@ -38,6 +38,7 @@ class EngineProcesses:
         self, server_args: ServerArgs, port_args: Optional[PortArgs] = None, label: Optional[str] = None
     ) -> None:
         self.server_args = server_args
+        self.label_name = label
         self.label = f"model {label}: " if label else ""  # start-up lines of a server with several models
         self.port_args = port_args or PortArgs.create()
         self.procs: list[mp.Process] = []
@@ -77,7 +78,7 @@ class EngineProcesses:
                 self.procs.append(proc)
                 self._readers[name] = (reader, proc)
         except BaseException:
-            self.shutdown()
+            self.kill()
             raise
 
     def wait_ready(self) -> ModelInfo:
@@ -91,11 +92,12 @@ class EngineProcesses:
                     infos.append(msg["model_info"])
             self.model_info = merge_replica_infos(infos)
         except BaseException:
-            self.shutdown()
+            self.kill()
             raise
         self._readers.clear()
         for replica in self.model_info.replicas:
-            logger.info("%sreplica %d: %s", self.label, replica.dp_rank, describe_replica(replica))
+            pid = self.procs[replica.dp_rank].pid  # spawned in rank order, the detokenizer last
+            logger.info("%sreplica %d: %s, pid %s", self.label, replica.dp_rank, describe_replica(replica), pid)
         return self.model_info
 
     def begin_stop(self) -> None:
@@ -149,6 +151,19 @@ class EngineProcesses:
 
     def alive(self) -> bool:
         return bool(self.procs) and all(p.is_alive() for p in self.procs)
+
+    def kill(self) -> None:
+        """SIGKILL whatever is left of these processes, keeping the sockets' directory: a failed
+        start-up (the caller stops the rest), or a dead model's engine about to be started again."""
+        self._stopping = True
+        for p in self.procs:
+            if p.is_alive():
+                p.kill()
+        for p in self.procs:
+            p.join(5.0)
+        for reader, _ in self._readers.values():
+            reader.close()
+        self._readers.clear()
 
     def shutdown(self) -> None:
         """Stop the scheduler(s) and the detokenizer and remove the sockets (idempotent)."""

@@ -19,6 +19,7 @@ from sglang.srt.frontend.http.server_app import (
     engine_died,
     member_apps,
     model_died,
+    model_revived,
     start_draining,
 )
 from sglang.srt.frontend.http.uvicorn_server import make_listen_socket, make_server, serve
@@ -48,18 +49,31 @@ def run_http_worker_process(
     server.on_signal = lambda: start_draining(app, server_args)
     known_dead: set[int] = set()
 
-    def on_engine_dead(*_) -> None:
-        """The server process saw a model's engine die: its marker file says which. All dead: answer
-        503 at once, and exit; else that model's requests get 503 and the others keep serving."""
+    def on_engine_change(*_) -> None:
+        """The server process saw a model's engine die or come back: the marker files say which are
+        dead. All dead (or one model): answer 503 at once, and exit; else the dead models' requests
+        get 503 until they are back, and the others keep serving."""
         dead = {i for i, m in enumerate(models) if os.path.exists(dead_marker(m.port_args.ipc_dir))}
-        if len(dead) == len(models) or not dead:
+        if len(models) == 1 or len(dead) == len(models):
             return engine_died(app, server, "an engine process exited unexpectedly")
         for i in dead - known_dead:
-            model_died(member_apps(app)[i], server, f"model {models[i].name}'s engine exited unexpectedly")
+            model_died(member_apps(app)[i], server, _dead_reason(models[i]))
+        for i in known_dead - dead:
+            model_revived(member_apps(app)[i], server)
+        known_dead.clear()
         known_dead.update(dead)
 
-    signal.signal(ENGINE_DEAD_SIGNAL, on_engine_dead)
+    signal.signal(ENGINE_DEAD_SIGNAL, on_engine_change)
     try:
         serve(server, sock)
     finally:
         sock.close()
+
+
+def _dead_reason(model: ServedModel) -> str:
+    """What the server process wrote in the model's dead marker (why its engine died)."""
+    try:
+        with open(dead_marker(model.port_args.ipc_dir)) as f:
+            return f.read().strip() or f"model {model.name}: its engine exited unexpectedly"
+    except OSError:
+        return f"model {model.name}: its engine exited unexpectedly"

@@ -22,6 +22,7 @@ from sglang.srt.frontend.http.server_app import (
     engine_died,
     member_apps,
     model_died,
+    model_revived,
     start_draining,
 )
 from sglang.srt.frontend.http.tls import check_tls
@@ -35,7 +36,8 @@ logger = logging.getLogger(__name__)
 
 def launch_server(server_args: ServerArgs, models: Optional[list[ServerArgs]] = None) -> int:
     """Run the server until Ctrl-C / SIGTERM (exit 0) or its engines die (exit 1): with several
-    models, one model's death fails only that model's requests; the server exits when all are dead."""
+    models, one model's death fails only that model's requests until its engine is started again;
+    the server exits when all are dead at once."""
     configure_logging(server_args.log_level, fmt=server_args.log_format)
     check_tls(server_args)
     models = models or plan_models(server_args)
@@ -57,7 +59,9 @@ def launch_server(server_args: ServerArgs, models: Optional[list[ServerArgs]] = 
     try:
         served = processes.start()
         processes.start_http_workers(run_http_worker_process)
-        app = create_server_app(server_args, served, [e.alive for e in processes.engines])
+        # Each model's engine as it is now (a restart replaces a dead model's EngineProcesses).
+        alive = [lambda i=i: processes.engines[i].alive() for i in range(len(served))]
+        app = create_server_app(server_args, served, alive)
         server = make_server(app, server_args, on_reject=count_refusal(app))
 
         def on_signal() -> None:
@@ -83,7 +87,13 @@ def launch_server(server_args: ServerArgs, models: Optional[list[ServerArgs]] = 
             processes.notify_http_workers()
             model_died(member_apps(app)[index], server, reason)
 
-        processes.watch(on_model_death, on_death)
+        def on_model_revived(index: int) -> None:
+            with lock:
+                dead.discard(index)
+            processes.notify_http_workers()
+            model_revived(member_apps(app)[index], server)
+
+        processes.watch(on_model_death, on_death, on_model_revived)
         names = ", ".join(m.name for m in served)
         logger.info("serving %s on %s with %d HTTP worker(s)", names, server_args.url, workers)
         serve(server, sock)

@@ -2,20 +2,24 @@
 
 Models load side by side when the machine's free memory holds all their weights at once (one
 progress line per model), and are watched one by one: a model whose scheduler or detokenizer dies
-is reported alone (`on_model_death`), so the server keeps serving the others; the HTTP workers
-learn which model died from a marker file in that model's IPC directory (`dead_marker`).
+is reported alone (`on_model_death`), so the server keeps serving the others, and is started again
+in place, with the same sockets, after a back-off (RESTART_DELAYS); the HTTP processes' sockets
+reconnect by themselves and `on_model_revived` says it serves again. The HTTP workers learn which
+models are dead from a marker file in each model's IPC directory (`dead_marker`).
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 import multiprocessing as mp
 import os
+import queue
 import signal
 import threading
 import time
 from multiprocessing.connection import wait as mp_wait
-from typing import Callable
+from typing import Callable, Optional
 
 from sglang.srt.configs.served_models import ServedModel, model_label
 from sglang.srt.entrypoints.engine_processes import EngineProcesses, describe_exit, wait_ready
@@ -27,6 +31,8 @@ logger = logging.getLogger(__name__)
 # An extra HTTP worker's process target: (server_args, models, worker_id, ready_pipe, parent_pid).
 HttpWorkerEntry = Callable[..., None]
 DEAD_MARKER = "engine-dead"
+# Seconds before each attempt to start a dead model's engine again (then the last, for ever).
+RESTART_DELAYS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
 
 def dead_marker(ipc_dir: str) -> str:
@@ -43,6 +49,11 @@ class ServerProcesses:
         self.served: list[ServedModel] = []
         self._stopping = False
         self._draining = False
+        self._stop = threading.Event()  # wakes restart back-offs at shutdown
+        self._dead: queue.Queue[Optional[int]] = queue.Queue()  # models whose engine is to start again
+        self._lock = threading.Lock()  # engines replaced by a restart vs shutdown()
+        self._on_model_death: Callable[[int, str], None] = lambda index, reason: None
+        self._on_model_revived: Optional[Callable[[int], None]] = None
 
     @property
     def ipc_dir(self) -> str:
@@ -97,25 +108,95 @@ class ServerProcesses:
         for name, reader, proc in pending:
             wait_ready(name, reader, proc, self.server_args.startup_timeout)
 
-    def watch(self, on_model_death: Callable[[int, str], None], on_http_death: Callable[[str], None]) -> None:
-        """From threads: `on_model_death(index, reason)` when a model's engine dies or stalls (each
-        model at most once), `on_http_death(reason)` when an extra HTTP worker dies outside a drain."""
-        for index, engine in enumerate(self.engines):
-            engine.watch(lambda reason, i=index: self._model_died(i, reason, on_model_death))
+    def watch(
+        self,
+        on_model_death: Callable[[int, str], None],
+        on_http_death: Callable[[str], None],
+        on_model_revived: Optional[Callable[[int], None]] = None,
+    ) -> None:
+        """From threads: `on_model_death(index, reason)` when a model's engine dies or stalls,
+        `on_http_death(reason)` when an extra HTTP worker dies outside a drain. With several models
+        and `on_model_revived`, a dead model's engine is started again and `on_model_revived(index)`
+        follows once it is ready."""
+        self._on_model_death, self._on_model_revived = on_model_death, on_model_revived
+        if on_model_revived is not None and len(self.engines) > 1:
+            # One long-lived thread starts every restarted engine: a child's parent-death signal
+            # (PR_SET_PDEATHSIG) fires when the *thread* that started it ends.
+            threading.Thread(target=self._restarter, name="engine-restart", daemon=True).start()
+        for index in range(len(self.engines)):
+            self._watch_model(index)
         if self.http_procs:
             threading.Thread(target=self._watch_http, args=(on_http_death,), name="http-watch", daemon=True).start()
 
-    def _model_died(self, index: int, reason: str, on_model_death: Callable[[int, str], None]) -> None:
+    def _watch_model(self, index: int) -> None:
+        self.engines[index].watch(lambda reason: self._model_died(index, reason))
+
+    def _model_died(self, index: int, reason: str) -> None:
         if self._stopping:
             return
+        engine = self.engines[index]
         if len(self.engines) > 1:
-            reason = f"model {self.engines[index].server_args.served_model_name}: {reason}"
+            reason = f"model {engine.server_args.served_model_name}: {reason}"
         try:
-            with open(dead_marker(self.engines[index].port_args.ipc_dir), "w") as f:
+            with open(dead_marker(engine.port_args.ipc_dir), "w") as f:
                 f.write(reason)
         except OSError:
             pass
-        on_model_death(index, reason)
+        self._on_model_death(index, reason)
+        self._dead.put(index)
+
+    def _restarter(self) -> None:
+        """Start dead models' engines again, each after its back-off: (when, index, attempt) in
+        time order, so one model that keeps failing does not hold back another."""
+        due: list[tuple[float, int, int]] = []
+        while not self._stopping:
+            timeout = max(0.0, due[0][0] - time.monotonic()) if due else None
+            try:
+                index = self._dead.get(timeout=timeout)
+                if index is None:  # shutdown()
+                    return
+                self.engines[index].kill()  # what is left of it (the detokenizer, other replicas)
+                heapq.heappush(due, (time.monotonic() + RESTART_DELAYS[0], index, 0))
+            except queue.Empty:
+                pass
+            while due and due[0][0] <= time.monotonic() and not self._stopping:
+                _, index, attempt = heapq.heappop(due)
+                if not self._start_again(index, attempt) and not self._stopping:
+                    delay = RESTART_DELAYS[min(attempt + 1, len(RESTART_DELAYS) - 1)]
+                    heapq.heappush(due, (time.monotonic() + delay, index, attempt + 1))
+
+    def _start_again(self, index: int, attempt: int) -> bool:
+        """One attempt to start a dead model's engine on its own sockets; whether it serves again."""
+        old = self.engines[index]
+        name = old.server_args.served_model_name
+        with self._lock:
+            if self._stopping:
+                return False
+            logger.info("model %s: starting its engine again (attempt %d)", name, attempt + 1)
+            engine = self.engines[index] = EngineProcesses(old.server_args, old.port_args, old.label_name)
+            try:
+                engine.spawn()
+            except Exception as e:  # e.g. out of processes: try again later
+                logger.error("model %s: restart failed: %s", name, e)
+                return False
+        try:
+            engine.wait_ready()
+        except Exception as e:  # a ConfigError as at start-up; anything else when shutdown() stopped it
+            if not self._stopping:
+                logger.error("model %s: restart failed: %s", name, e)
+            return False
+        with self._lock:
+            if self._stopping:
+                return False
+            try:
+                os.remove(dead_marker(old.port_args.ipc_dir))
+            except OSError:
+                pass
+            self._watch_model(index)
+        logger.info("model %s: serving again", name)
+        if self._on_model_revived is not None:
+            self._on_model_revived(index)
+        return True
 
     def _watch_http(self, on_http_death: Callable[[str], None], grace: float = 0.3) -> None:
         """HTTP workers exiting while we drain are expected (they drained too). A SIGTERM sent to
@@ -156,6 +237,8 @@ class ServerProcesses:
     def shutdown(self) -> None:
         """Stop the HTTP workers (letting them finish a drain), then every model's engine."""
         self._stopping = True
+        self._stop.set()
+        self._dead.put(None)
         if self.http_procs:
             grace = self.server_args.graceful_timeout
             # Told to stop already: by begin_stop() (let them drain) or notify_http_workers() (their
@@ -165,8 +248,9 @@ class ServerProcesses:
             for p in self.http_procs:
                 p.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
             terminate_processes(self.http_procs)
-        for engine in self.engines:
-            engine.shutdown()
+        with self._lock:  # a restart in progress sees _stopping and gives up; its processes stop here
+            for engine in self.engines:
+                engine.shutdown()
 
 
 def fits_in_memory(models: list[ServerArgs]) -> bool:

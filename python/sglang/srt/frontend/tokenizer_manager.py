@@ -148,6 +148,11 @@ class TokenizerManager:
     def healthy(self) -> bool:
         return self.dead_reason is None
 
+    def on_engine_back(self) -> None:
+        """The engine was started again on the same sockets (a server with several models restarts a
+        dead model's): requests are taken again. What was in flight failed at its death."""
+        self.dead_reason = None
+
     def on_engine_dead(self, reason: str) -> None:
         """A child process died: fail everything in flight as UNAVAILABLE, and everything after it."""
         self.dead_reason = reason

@@ -80,8 +80,8 @@ def engine_died(app: ServerApp, server, reason: str) -> None:
 
 
 def model_died(app: FastAPI, server, reason: str) -> None:
-    """From any thread: one model of several lost its engine. Its requests fail with 503 from now
-    on (connections stay open); the server and the other models keep serving."""
+    """From any thread: one model of several lost its engine. Its requests fail with 503 until it
+    is back (model_revived; connections stay open); the server and the other models keep serving."""
     logger.error("model %s: failing its requests with 503 from now on: %s", app.state.model_name, reason)
     app.state.lifecycle.server_lives = True
     if server.loop is None:
@@ -95,3 +95,19 @@ def _fail_all(app: FastAPI, reason: str) -> None:
     if tm is not None:
         tm.on_engine_dead(reason)
     app.state.lifecycle.dead_reason = reason
+
+
+def model_revived(app: FastAPI, server) -> None:
+    """From any thread: a dead model's engine was started again; its requests are served again."""
+
+    def revive() -> None:
+        tm: Optional[TokenizerManager] = getattr(app.state, "tokenizer_manager", None)
+        if tm is not None:
+            tm.on_engine_back()
+        app.state.lifecycle.dead_reason = None
+
+    logger.debug("model %s: serving again", app.state.model_name)
+    if server.loop is None:
+        revive()
+        return
+    on_loop(server, revive)
