@@ -7,9 +7,11 @@ shapes), so every route behaves as it does alone; this router only picks which a
   a name no model serves is a 404 that lists the served ones;
 - a request naming none goes to the first model that can answer its route (TEI's /embed to an
   embedder, /rerank to a cross-encoder, /predict to a classifier, /embed_sparse to a sparse model;
-  /invocations by the route its body picks), else to the first model;
-- GET /v1/models and /models list every model; /health and /ping report each model and are 503
-  only when every model is down (one dead model answers 503 alone, the others keep serving).
+  /invocations by the route its body picks), else to the first model (the first live one for routes
+  any model answers: /metrics, /model_info...);
+- GET /v1/models and /models list every live model (GET /v1/models/<name>: one model's card, 404 for
+  a name no model serves); /health and /ping report each model and are 503 only when every model is
+  down (one dead model answers 503 alone, the others keep serving).
 
 The body is read here once (within --max-payload-bytes and --body-timeout; past either the first
 model's app answers, as it would alone), parsed once, and handed to the chosen route parsed.
@@ -20,8 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 import urllib.parse
-from contextlib import AsyncExitStack
-from typing import Any, Callable, Optional
+from typing import Any, AsyncContextManager, Callable, Optional
 
 import orjson
 from fastapi import FastAPI
@@ -94,12 +95,14 @@ class ModelRouter:
         return self.by_name.get(name)
 
     def for_route(self, path: str) -> FastAPI:
-        """The first model that can answer `path`, in the order of the route's preferences."""
+        """The first model that can answer `path`, in the order of the route's preferences; a route
+        any model answers (/metrics, /model_info, an unknown path) goes to the first one still alive,
+        so one dead model does not turn them into 503s."""
         for need in ROUTE_NEEDS.get(path, ()):
             for model, app in zip(self.models, self.apps):
                 if need in model.info.capabilities:
                     return app
-        return self.apps[0]
+        return next((app for app in self.apps if not _dead(app)), self.apps[0])
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -112,9 +115,10 @@ class ModelRouter:
             return await self._health(scope, send)
         if path in LISTS and method == "GET":
             return await self._lists(scope, send)
-        if path.startswith(MODEL_PREFIX):  # one model's card: its own app says 404 for an unknown name
+        if path.startswith(MODEL_PREFIX):  # one model's card
             name = urllib.parse.unquote(path[len(MODEL_PREFIX) :])
-            return await (self.for_name(name) or self.apps[0])(scope, receive, send)
+            app = self.for_name(name)
+            return await (app(scope, receive, send) if app is not None else self._unknown(scope, send, name))
         name = _query_model(scope)
         if method == "POST" and path in BODY_ROUTES:
             try:
@@ -138,6 +142,11 @@ class ModelRouter:
         is left and answers as it would alone. One too slow raises asyncio.TimeoutError."""
         ctype = _header(scope, b"content-type")
         if ctype is None or not json_content_type(ctype):
+            return None, None, receive
+        declared = (_header(scope, b"content-length") or "0").strip()
+        if not (declared.isascii() and declared.isdigit()) or int(declared) > self.max_payload_bytes:
+            # The app refuses it unread (413, or 400 for a bad length): reading it here would send a
+            # client waiting on `Expect: 100-continue` the go-ahead for a body that is refused anyway.
             return None, None, receive
         chunks: list[bytes] = []
         size = 0
@@ -170,7 +179,8 @@ class ModelRouter:
                 target = pick_route(value, requested_route(scope.get("headers", [])), set(ROUTE_NEEDS))
             except EmbeddingError:
                 target = None  # the chosen app's /invocations says why
-        return (name if isinstance(name, str) else None), target, replay_body(body, receive)
+        # An empty `model` names none, as an empty `?model=` does.
+        return (name if isinstance(name, str) and name else None), target, replay_body(body, receive)
 
     # ----- answers of their own -----
     async def _unknown(self, scope: Scope, send: Send, name: str) -> None:
@@ -202,10 +212,12 @@ class ModelRouter:
         await _send(send, 200 if up else 503, payload, head=scope["method"] == "HEAD")
 
     async def _lists(self, scope: Scope, send: Send) -> None:
-        """Every model's cards in one list (the first failing answer, e.g. a 401, as it is)."""
+        """Every live model's cards in one list (the first failing answer, e.g. a 401, as it is). A
+        model whose engine died is left out (/health says why): clients list what they can use."""
         data: list[Any] = []
         head: dict = {}
-        for app in self.apps:
+        apps = [app for app in self.apps if not _dead(app)] or self.apps[:1]
+        for app in apps:
             status, headers, body = await call_app(app, scope, scope["path"])
             if status != 200:
                 return await _send(send, status, body, extra=headers)
@@ -218,18 +230,37 @@ class ModelRouter:
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         message = await receive()
         assert message["type"] == "lifespan.startup"
-        async with AsyncExitStack() as stack:
-            try:
-                for app in self.apps:
-                    await stack.enter_async_context(app.router.lifespan_context(app))
-            except BaseException as e:
-                await send({"type": "lifespan.startup.failed", "message": f"{type(e).__name__}: {e}"})
-                return
-            if self.on_ready is not None:
-                self.on_ready()
-            await send({"type": "lifespan.startup.complete"})
-            message = await receive()  # lifespan.shutdown
+        started: list[AsyncContextManager] = []
+        try:
+            for app in self.apps:
+                context = app.router.lifespan_context(app)
+                await context.__aenter__()
+                started.append(context)
+        except BaseException as e:
+            await _stop(started)  # the models started so far stop again
+            await send({"type": "lifespan.startup.failed", "message": f"{type(e).__name__}: {e}"})
+            return
+        if self.on_ready is not None:
+            self.on_ready()
+        await send({"type": "lifespan.startup.complete"})
+        message = await receive()  # lifespan.shutdown
+        failed = await _stop(started)
+        if failed is not None:  # as a one-model app's failing shutdown is reported
+            await send({"type": "lifespan.shutdown.failed", "message": failed})
+            return
         await send({"type": "lifespan.shutdown.complete"})
+
+
+async def _stop(started: list[AsyncContextManager]) -> Optional[str]:
+    """Stop each started app, the last started first, each as if alone: one failing to stop does
+    not skip the others' clean-up (an exit stack would throw its error into them). The first error."""
+    failed = None
+    for context in reversed(started):
+        try:
+            await context.__aexit__(None, None, None)
+        except Exception as e:
+            failed = failed or f"{type(e).__name__}: {e}"
+    return failed
 
 
 async def call_app(app, scope: Scope, path: str) -> tuple[int, list, bytes]:
@@ -262,6 +293,11 @@ async def _send(send: Send, status: int, body: bytes, head: bool = False, extra:
     headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": b"" if head else body})
+
+
+def _dead(app: FastAPI) -> bool:
+    """Whether this model's engine died (server_app.model_died): its app answers only 503s."""
+    return app.state.lifecycle.dead_reason is not None
 
 
 def _reason(body: bytes) -> dict:
