@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.routing import Match, Route
 
 from sglang.srt.errors import EmbeddingError, ErrorKind
-from sglang.srt.frontend.http.json_body import LARGE_BODY_BYTES, hand_over, parse_body
+from sglang.srt.frontend.http.json_body import LARGE_BODY_BYTES, PARSED_BODY, ParsedBody, hand_over, parse_body
 
 ATTRIBUTES_HEADER = b"x-amzn-sagemaker-custom-attributes"
 # The inference routes /invocations may hand a request to (those the app has).
@@ -113,7 +113,10 @@ class Invocations:
 
     async def __call__(self, scope: dict, receive, send) -> None:
         body = await Request(scope, receive).body()
-        if len(body) > LARGE_BODY_BYTES:  # as JsonBodyRoute does: a large body is parsed off the loop
+        parsed: Optional[ParsedBody] = scope.pop(PARSED_BODY, None)
+        if parsed is not None:  # a server of several models read it to pick this model (model_router.py)
+            value = parsed.value
+        elif len(body) > LARGE_BODY_BYTES:  # as JsonBodyRoute does: a large body is parsed off the loop
             value = await asyncio.get_running_loop().run_in_executor(None, parse_body, body, None)
         else:
             value = parse_body(body, None)
