@@ -274,6 +274,26 @@ def test_head_health_has_no_body(four):
     assert head.headers["content-length"] == str(len(get.body))
 
 
+@pytest.mark.parametrize(
+    "method,path,kwargs",
+    [
+        ("GET", "/health", {}),
+        ("HEAD", "/ping", {}),
+        ("GET", "/v1/models", {}),
+        ("POST", "/v1/embeddings", {"body": {"model": "nope"}}),
+        ("GET", "/metrics", {"query": "model=nope"}),
+        ("POST", "/v1/embeddings", {"chunks": [b"{"], "then": "stall"}),
+    ],
+)
+def test_the_routers_own_answers_carry_the_request_id(four, method, path, kwargs):
+    """As every answer of a one-model server does: the client's id when sane, else a new one."""
+    sane = call(four, method, path, headers={"x-request-id": "trace-42"}, **kwargs)
+    assert sane.headers["x-request-id"] == "trace-42"
+    for given in ({}, {"x-request-id": "has spaces"}):
+        fresh = call(four, method, path, headers=given, **kwargs).headers["x-request-id"]
+        assert len(fresh) == 32 and int(fresh, 16) >= 0
+
+
 # ----- lifespan -----
 
 

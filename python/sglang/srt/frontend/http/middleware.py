@@ -119,6 +119,12 @@ def _header(scope: Scope, name: bytes) -> Optional[str]:
     return None
 
 
+def request_id_for(scope: Scope) -> str:
+    """The id a response echoes as x-request-id: the client's when sane, else a new uuid4 hex."""
+    given = _header(scope, b"x-request-id")
+    return given if given is not None and _REQUEST_ID_RE.match(given) else uuid.uuid4().hex
+
+
 class RequestContext:
     """Gives every request an id (the client's `x-request-id` when sane, else a uuid4 hex) that is
     echoed on every response, counts responses by route and status, and writes the request line."""
@@ -135,8 +141,7 @@ class RequestContext:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         start = time.monotonic()
-        given = _header(scope, b"x-request-id")
-        rid = given if given is not None and _REQUEST_ID_RE.match(given) else uuid.uuid4().hex
+        rid = request_id_for(scope)
         info = request_info(scope)
         info.request_id, info.start_time = rid, start
         status: list[Any] = [None]

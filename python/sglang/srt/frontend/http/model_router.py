@@ -42,6 +42,7 @@ from sglang.srt.frontend.http.middleware import (
     json_content_type,
     receive_by,
     replay_body,
+    request_id_for,
     send_error,
 )
 from sglang.srt.frontend.openai.serving_base import model_not_found
@@ -197,6 +198,7 @@ class ModelRouter:
         """An error of the router's own, in the path's style, counted with the first model's requests."""
         first = self.apps[0]
         route = scope["path"] if scope["path"] in BODY_ROUTES else UNMATCHED_ROUTE
+        headers = {**(headers or {}), "x-request-id": request_id_for(scope)}
         await send_error({**scope, "app": first}, send, err, headers, status)
         first.state.metrics.requests.inc(route=route, status=str(status or 404))
 
@@ -209,7 +211,7 @@ class ModelRouter:
         up = sum(1 for s in states.values() if s["status"] == "ok")
         overall = "ok" if up == len(states) else ("degraded" if up else "unavailable")
         payload = orjson.dumps({"status": overall, "models": states})
-        await _send(send, 200 if up else 503, payload, head=scope["method"] == "HEAD")
+        await _send(send, 200 if up else 503, payload, head=scope["method"] == "HEAD", extra=_id_header(scope))
 
     async def _lists(self, scope: Scope, send: Send) -> None:
         """Every live model's cards in one list (the first failing answer, e.g. a 401, as it is). A
@@ -224,7 +226,7 @@ class ModelRouter:
             answer = orjson.loads(body)
             head = head or {k: v for k, v in answer.items() if k != "data"}
             data += answer.get("data", [])
-        await _send(send, 200, orjson.dumps({**head, "data": data}))
+        await _send(send, 200, orjson.dumps({**head, "data": data}), extra=_id_header(scope))
 
     # ----- lifespan: every model's app starts (its TokenizerManager) and stops with the server -----
     async def _lifespan(self, receive: Receive, send: Send) -> None:
@@ -293,6 +295,11 @@ async def _send(send: Send, status: int, body: bytes, head: bool = False, extra:
     headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": b"" if head else body})
+
+
+def _id_header(scope: Scope) -> list[tuple[bytes, bytes]]:
+    """x-request-id on the router's own answers too, as on every answer of a one-model server."""
+    return [(b"x-request-id", request_id_for(scope).encode())]
 
 
 def _dead(app: FastAPI) -> bool:
