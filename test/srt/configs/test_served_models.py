@@ -249,3 +249,45 @@ def test_one_models_flags_with_several_models_are_refused(tmp_path, dirs, flag, 
     with pytest.raises(ConfigError, match="with several models"):
         ServerArgs(model_path=[dirs[0], dirs[1]], served_model_name="x")
     assert parse_serve_args(["--model-path", dirs[0], flag, value], {}).model_path == dirs[0]  # one model: fine
+
+
+# ----- what the command line's ServerArgs derived follows the entry -----
+
+
+def test_an_entrys_pooler_config_brings_its_own_max_embed_len(tmp_path, dirs):
+    chunked = '{"max_embed_len": 1000, "enable_chunked_processing": true}'
+    config = write(
+        tmp_path,
+        "m.yaml",
+        f"""
+- model-path: {dirs[0]}
+  pooler-config: {{max_embed_len: 2000, enable_chunked_processing: true}}
+- model-path: {dirs[1]}
+  pooler-config: {{pooling_type: CLS}}
+- model-path: {dirs[2]}
+""",
+    )
+    models = planned(config, pooler_config=chunked)
+    assert [m.max_embed_len for m in models] == [2000, None, 1000]  # the third keeps the command line's
+    assert [m.pooling_override for m in models] == [None, "cls", None]
+    config = write(tmp_path, "n.yaml", f"- model-path: {dirs[0]}\n  pooler-config: {{pooling_type: CLS}}\n")
+    assert planned(config, max_embed_len=700)[0].max_embed_len == 700  # given as its own flag: kept
+    config = write(tmp_path, "o.yaml", f"- model-path: {dirs[0]}\n  max-embed-len: 3000\n")
+    assert "--max-embed-len 3000 and --pooler-config max_embed_len 1000 disagree" in refused(
+        config, pooler_config=chunked
+    )
+
+
+def test_an_entrys_cuda_graph_mode_wins_over_disable_cuda_graph(tmp_path, dirs):
+    config = write(
+        tmp_path,
+        "m.yaml",
+        f"- model-path: {dirs[0]}\n  cuda-graph-mode: full\n- model-path: {dirs[1]}\n"
+        f"- model-path: {dirs[2]}\n  cuda-graph-mode: full\n  disable-cuda-graph: true\n",
+    )
+    models = planned(config, disable_cuda_graph=True)
+    assert [(m.cuda_graph_mode, m.disable_cuda_graph) for m in models] == [
+        ("full", False),
+        ("off", True),
+        ("off", True),
+    ]

@@ -19,6 +19,7 @@ from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.errors import ConfigError
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.network import PortArgs
+from sglang.srt.utils.pooler_config import parse_pooler_config
 
 # The ServerArgs fields a models-file entry may set: the "model", "batching" and "execution" flags,
 # the replicas and the image resize bounds (the image limits of a request stay server-wide).
@@ -160,9 +161,22 @@ def model_args(base: ServerArgs, entry: dict, where: str) -> ServerArgs:
         "models_config": None,
     }
     try:
-        return dataclasses.replace(base, **{**fresh, **changes})
+        return dataclasses.replace(base, **{**fresh, **_unset_derived(base, changes), **changes})
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from None
+
+
+def _unset_derived(base: ServerArgs, changes: dict[str, Any]) -> dict[str, Any]:
+    """What the command line's ServerArgs derived from a flag the entry sets anew: it follows the
+    entry's value. (--disable-cuda-graph is the mode "off"; --pooler-config's max_embed_len is
+    --max-embed-len, and would otherwise disagree with the entry's own pooler config.)"""
+    out: dict[str, Any] = {}
+    if "cuda_graph_mode" in changes:
+        out["disable_cuda_graph"] = False
+    if "pooler_config" in changes and base.max_embed_len is not None:
+        if parse_pooler_config(base.pooler_config).max_embed_len == base.max_embed_len:
+            out["max_embed_len"] = None
+    return out
 
 
 def _coerce(key: str, value: Any, action: Optional[argparse.Action], where: str) -> Any:
