@@ -291,3 +291,21 @@ def test_an_entrys_cuda_graph_mode_wins_over_disable_cuda_graph(tmp_path, dirs):
         ("off", True),
         ("off", True),
     ]
+
+
+def test_an_entrys_default_prompt_replaces_the_command_lines_either_way(tmp_path, dirs):
+    config = write(
+        tmp_path,
+        "m.yaml",
+        f"- model-path: {dirs[0]}\n  default-prompt: 'query: '\n- model-path: {dirs[1]}\n"
+        f"- model-path: {dirs[2]}\n  default-prompt-name: document\n",
+    )
+    models = planned(config, default_prompt_name="query")
+    assert [(m.default_prompt_name, m.default_prompt) for m in models] == [
+        (None, "query: "),
+        ("query", None),
+        ("document", None),
+    ]
+    assert [m.default_prompt_name for m in planned(config, default_prompt="q: ")] == [None, None, "document"]
+    both = write(tmp_path, "b.yaml", f"- model-path: {dirs[0]}\n  default-prompt: x\n  default-prompt-name: y\n")
+    assert "cannot be used together" in refused(both)

@@ -169,8 +169,12 @@ def model_args(base: ServerArgs, entry: dict, where: str) -> ServerArgs:
 def _unset_derived(base: ServerArgs, changes: dict[str, Any]) -> dict[str, Any]:
     """What the command line's ServerArgs derived from a flag the entry sets anew: it follows the
     entry's value. (--disable-cuda-graph is the mode "off"; --pooler-config's max_embed_len is
-    --max-embed-len, and would otherwise disagree with the entry's own pooler config.)"""
+    --max-embed-len, and would otherwise disagree with the entry's own pooler config; the default
+    prompt is given by name or as text, and an entry choosing one way drops the other.)"""
     out: dict[str, Any] = {}
+    for one, other in (("default_prompt", "default_prompt_name"), ("default_prompt_name", "default_prompt")):
+        if one in changes:
+            out[other] = None
     if "cuda_graph_mode" in changes:
         out["disable_cuda_graph"] = False
     if "pooler_config" in changes and base.max_embed_len is not None:
