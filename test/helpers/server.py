@@ -12,7 +12,7 @@ import requests
 
 from sglang.srt.utils.network import get_free_port
 from sglang.srt.utils.process import set_parent_death_signal
-from test.helpers.prom import parse, value
+from test.helpers.prom import parse
 from test.helpers.waiting import wait_until
 
 
@@ -72,9 +72,10 @@ class ServerProcess:
     def in_flight(self, headers: Optional[dict] = None) -> float:
         """HTTP requests the server is handling now (all HTTP workers: the gauge is a live sum), from
         /metrics, not counting the scrape itself: what a test waits on before it signals or kills
-        something mid-request."""
+        something mid-request. With several models, every model's series (their `model` label) add up."""
         text = requests.get(self.base_url + "/metrics", headers=headers, timeout=10, **(self.tls or {})).text
-        return value(parse(text), "sglang_http_requests_in_flight") - 1
+        samples = parse(text)["sglang_http_requests_in_flight"]["samples"]
+        return sum(v for _, _, v in samples) - 1
 
     def children(self) -> list[int]:
         """PIDs of every process in the server's session except the server itself."""

@@ -14,6 +14,7 @@ import re
 import signal
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -256,12 +257,21 @@ def _answers_on_both_workers(server: ServerProcess, check, n: int = 24) -> None:
     assert by_worker == {True, False}, lines
 
 
-def test_killing_one_model_fails_only_its_requests_on_both_workers_then_the_last_exits_1(server):
-    ce_pid, minilm_pid = _scheduler_pid(server, "ce"), _scheduler_pid(server, "minilm")
-    assert ce_pid != minilm_pid and ce_pid in server.children() and minilm_pid in server.children()
+def test_one_dead_model_fails_only_its_requests_on_both_workers_until_it_serves_again(server, ce_dir):
+    """SIGKILL of the cross-encoder's scheduler (its model file held away, so that it stays dead):
+    its request in flight and every later one get 503 naming it, on both HTTP workers, while the
+    embedder serves; back in place, its engine starts again and both workers rank with it again.
+    Then both models dead at once: the server exits 1."""
+    minilm_pid, ce_pid = _scheduler_pid(server, "minilm"), _scheduler_pid(server, "ce")
+    assert ce_pid != minilm_pid and {ce_pid, minilm_pid} <= set(server.children())
     rerank = {"query": QUERY, "documents": DOCS, "model": "ce"}
-    _unlinked(server.ce_link)  # its restarts fail: it stays dead for this test
-    os.kill(ce_pid, signal.SIGKILL)
+    target = _unlinked(server.ce_link)
+    os.kill(ce_pid, signal.SIGSTOP)  # holds the next request in its scheduler
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(requests.post, server.base_url + "/v1/rerank", json=rerank, timeout=30)
+        assert wait_until(lambda: server.in_flight() >= 1, 10), server.log()
+        os.kill(ce_pid, signal.SIGKILL)
+        _unavailable(pending.result(), "ce")
 
     def degraded() -> bool:
         return requests.get(server.base_url + "/health", timeout=5).json()["status"] == "degraded"
@@ -272,16 +282,31 @@ def test_killing_one_model_fails_only_its_requests_on_both_workers_then_the_last
     dead = health.json()["models"]["ce"]
     assert dead["status"] == "unavailable" and "SIGKILL" in dead["reason"], dead
 
-    def check(i: int) -> None:
+    def check_dead(i: int) -> None:
         _unavailable(requests.post(server.base_url + "/v1/rerank", json=rerank, timeout=10), "ce")
         r = requests.post(server.base_url + "/v1/embeddings", json={"input": f"still here {i}"}, timeout=10)
         assert r.status_code == 200 and r.json()["model"] == "minilm", r.text
 
-    _answers_on_both_workers(server, check)
+    _answers_on_both_workers(server, check_dead)
     ids = [c["id"] for c in _ok(requests.get(server.base_url + "/v1/models", timeout=10))["data"]]
     assert ids == ["minilm"]  # what clients can still use
     assert server.proc.poll() is None
 
+    os.symlink(target, server.ce_link)  # its next restart attempt finds the model
+    serving = lambda: all(_post(server, "/v1/rerank", rerank).status_code == 200 for _ in range(4))  # noqa: E731
+    assert wait_until(serving, 45, interval=0.5), server.log()
+    expected = _sigmoid(_ce_logits(ce_dir, [QUERY] * len(DOCS), DOCS))
+
+    def check_back(i: int) -> None:
+        scores = {x["index"]: x["relevance_score"] for x in _ok(_post(server, "/v1/rerank", rerank))["results"]}
+        np.testing.assert_allclose([scores[i] for i in range(len(DOCS))], expected, atol=1e-5)
+
+    _answers_on_both_workers(server, check_back, n=16)
+    assert requests.get(server.base_url + "/health", timeout=5).json()["status"] == "ok"
+
+    _unlinked(server.ce_link)
+    os.kill(_scheduler_pid(server, "ce"), signal.SIGKILL)
+    assert wait_until(degraded, 10, interval=0.1), server.log()
     os.kill(minilm_pid, signal.SIGKILL)  # every model dead at once: the server gives up
     assert server.proc.wait(30) == 1
     assert "exiting with status 1" in open(server.log_path).read()
