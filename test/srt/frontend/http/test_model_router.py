@@ -164,6 +164,18 @@ def test_a_declared_over_limit_body_is_refused_unread(four):
     assert a.status == 413 and a.unread == 8  # the client waiting on 100-continue sends nothing
 
 
+def test_a_body_without_the_api_key_is_refused_unread(monkeypatch):
+    parsed = []
+    monkeypatch.setattr(model_router, "loads", lambda body: parsed.append(body) or json_body.loads(body))
+    keyed = router(("a", "embed"), ("b", "rerank"), api_key="s3cret")
+    for auth in ({}, {"authorization": "Bearer wrong"}, {"authorization": "Basic s3cret"}):
+        a = call(keyed, path="/rerank", chunks=[b'{"model": "a", ', b'"query": "q"}'], headers=auth)
+        assert a.status == 401 and openai_error(a)["code"] == "invalid_api_key" and a.unread == 2
+    assert parsed == [] and app_of(keyed, "b").state.metrics.requests.get(route="/rerank", status="401") == 3
+    a = call(keyed, path="/rerank", body={"model": "a", "query": "q"}, headers={"authorization": "Bearer s3cret"})
+    assert a.status == 200 and a.json()["app"] == "a" and len(parsed) == 1
+
+
 def test_a_slow_body_is_a_408_that_closes_the_connection(four):
     a = call(four, chunks=[b'{"model": "ce", "in'], then="stall")
     assert a.status == 408 and a.headers["connection"] == "close"

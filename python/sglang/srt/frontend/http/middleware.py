@@ -261,6 +261,17 @@ class HostGuard:
         await self.app(scope, receive, send)
 
 
+def bearer_key_matches(scope: Scope, key: bytes) -> bool:
+    """Whether the request sends `Authorization: Bearer <key>` (compared in constant time)."""
+    value = _header(scope, b"authorization")
+    if value is None:
+        return False
+    scheme, _, token = value.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(token.strip().encode("latin-1"), key)
+
+
 class ApiKeyAuth:
     """`Authorization: Bearer KEY` on every route but /health and /ping, compared in constant time."""
 
@@ -271,13 +282,7 @@ class ApiKeyAuth:
         self.key = api_key.encode()
 
     def authorized(self, scope: Scope) -> bool:
-        value = _header(scope, b"authorization")
-        if value is None:
-            return False
-        scheme, _, token = value.strip().partition(" ")
-        if scheme.lower() != "bearer":
-            return False
-        return hmac.compare_digest(token.strip().encode("latin-1"), self.key)
+        return bearer_key_matches(scope, self.key)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] not in self.OPEN_PATHS and not self.authorized(scope):

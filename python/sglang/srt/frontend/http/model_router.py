@@ -13,8 +13,9 @@ shapes), so every route behaves as it does alone; this router only picks which a
   a name no model serves); /health and /ping report each model and are 503 only when every model is
   down (one dead model answers 503 alone, the others keep serving).
 
-The body is read here once (within --max-payload-bytes and --body-timeout; past either the first
-model's app answers, as it would alone), parsed once, and handed to the chosen route parsed.
+The body is read here once (within --max-payload-bytes and --body-timeout; past either the route's
+app answers, as it would alone), parsed once, and handed to the chosen route parsed. A body the app
+refuses unread (no API key, a declared size over the limit) is not read here either.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from sglang.srt.frontend.http.middleware import (
     Receive,
     Scope,
     Send,
+    bearer_key_matches,
     json_content_type,
     receive_by,
     replay_body,
@@ -90,6 +92,8 @@ class ModelRouter:
         self.max_payload_bytes = max_payload_bytes
         self.body_timeout = body_timeout
         self.on_ready = on_ready
+        key = models[0].args.api_key  # server-wide: every model's args carry the command line's
+        self.api_key = key.encode() if key else None
 
     # ----- which app -----
     def for_name(self, name: str) -> Optional[FastAPI]:
@@ -121,7 +125,7 @@ class ModelRouter:
             app = self.for_name(name)
             return await (app(scope, receive, send) if app is not None else self._unknown(scope, send, name))
         name = _query_model(scope)
-        if method == "POST" and path in BODY_ROUTES:
+        if method == "POST" and path in BODY_ROUTES and self._may_read_body(scope):
             try:
                 body_name, path_for_body, receive = await self._read_body(scope, receive)
             except asyncio.TimeoutError:
@@ -136,6 +140,11 @@ class ModelRouter:
         await app(scope, receive, send)
 
     # ----- the body -----
+    def _may_read_body(self, scope: Scope) -> bool:
+        """Not a body the app refuses unread (a missing or wrong API key: 401), as a one-model server
+        reads none: clients without the key cannot make the server read and parse megabytes."""
+        return self.api_key is None or bearer_key_matches(scope, self.api_key)
+
     async def _read_body(self, scope: Scope, receive: Receive) -> tuple[Optional[str], Optional[str], Receive]:
         """(the body's `model`, the route /invocations hands it to, a receive that replays the body).
 
