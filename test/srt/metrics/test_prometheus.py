@@ -63,6 +63,23 @@ def test_misuse_is_refused():
         SchedulerMetrics("", {"dp_rank": "0"})
 
 
+def test_label_sets_are_looked_up_once_and_still_checked():
+    """Children are cached per call-site label set: a repeated call reuses the series, a value
+    given as int or str is one series, and a wrong label set is refused even after right ones."""
+    reg = Registry()
+    c = Counter("cached_total", "x", ("route", "status"), registry=reg.collectors, constant={"model": "m"})
+    for _ in range(3):
+        c.inc(route="/a", status="200")
+    c.inc(route="/a", status=200)
+    c.inc(status="200", route="/a")
+    assert c.get(route="/a", status="200") == 5 == value(parse(reg.render().decode()), "cached_total", route="/a")
+    with pytest.raises(ValueError):
+        c.inc(route="/a")
+    with pytest.raises(ValueError):
+        c.inc(route="/a", status="200", model="n")
+    assert len(c._children) == 3  # the three spellings above; the refused sets are not kept
+
+
 def test_constant_labels_are_on_every_sample():
     reg = Registry()
     r = reg.collectors
