@@ -309,3 +309,17 @@ def test_an_entrys_default_prompt_replaces_the_command_lines_either_way(tmp_path
     assert [m.default_prompt_name for m in planned(config, default_prompt="q: ")] == [None, None, "document"]
     both = write(tmp_path, "b.yaml", f"- model-path: {dirs[0]}\n  default-prompt: x\n  default-prompt-name: y\n")
     assert "cannot be used together" in refused(both)
+
+
+def test_relative_paths_are_found_beside_the_models_file(tmp_path, monkeypatch):
+    """A relative model path that exists beside the models file is taken from there (wherever the
+    server starts); one that does not (a hub id) is kept as written."""
+    models_dir = tmp_path / "conf"
+    (models_dir / "ckpt").mkdir(parents=True)
+    (models_dir / "ckpt" / "config.json").write_text("{}")
+    config = models_dir / "models.yaml"
+    config.write_text("- model-path: ckpt\n  served-model-name: local\n- model-path: BAAI/bge-m3\n")
+    monkeypatch.chdir(tmp_path)
+    local, hub = plan_models(ServerArgs(models_config=str(config)))
+    assert local.model_path == str(models_dir / "ckpt")
+    assert hub.model_path == "BAAI/bge-m3"

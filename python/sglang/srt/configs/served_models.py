@@ -93,7 +93,7 @@ def plan_models(base: ServerArgs) -> list[ServerArgs]:
     """Every model's ServerArgs: `[base]` for one model; a ConfigError names a bad entry or a name
     two models claim, before any process starts."""
     if base.models_config:
-        entries = read_models_file(base.models_config)
+        entries = [resolve_paths(e, base.models_config) for e in read_models_file(base.models_config)]
     elif base.more_model_paths:
         entries = [{"model_path": p} for p in (base.model_path, *base.more_model_paths)]
     else:
@@ -127,6 +127,24 @@ def read_models_file(path: str) -> list[dict]:
     if not isinstance(data, list) or not data or not all(isinstance(e, dict) for e in data):
         raise ConfigError(f"--models-config {path} must hold a non-empty list of models, or a `models:` list")
     return data
+
+
+# Entry keys naming files: a relative one is found beside the models file first (as Docker Compose
+# does), else taken as given (a hub id such as BAAI/bge-m3 looks like a relative path too).
+PATH_KEYS = ("model_path", "model-path", "model", "tokenizer_path", "tokenizer-path", "chat_template", "chat-template")
+
+
+def resolve_paths(entry: dict, models_file: str) -> dict:
+    out = dict(entry)
+    here = os.path.dirname(os.path.abspath(models_file))
+    for key in PATH_KEYS:
+        value = out.get(key)
+        if not isinstance(value, str) or not value:
+            continue
+        value = os.path.expanduser(value)
+        beside = os.path.join(here, value)
+        out[key] = beside if not os.path.isabs(value) and os.path.exists(beside) else value
+    return out
 
 
 def _load_yaml(path: str, text: str) -> Any:
