@@ -319,7 +319,8 @@ def test_one_dead_model_fails_only_its_requests_on_both_workers_until_it_serves_
 def test_repeated_model_path_outlives_the_first_models_death_until_it_serves_again(tmp_path, ce_dir):
     """Names default to the paths as given. The first model (the embedder) dies: its requests get
     503 while the cross-encoder still ranks and the routes any model answers (/metrics, /v1/models)
-    move to it; once its engine has started again it answers as before."""
+    move to it; its engine does not start again while its model is away, and does once it is back,
+    answering as before."""
     minilm = tmp_path / "minilm"  # a link to the bundled model, so that its restart can be held back
     minilm.symlink_to(default_model_path())
     minilm = str(minilm)
@@ -346,7 +347,11 @@ def test_repeated_model_path_outlives_the_first_models_death_until_it_serves_aga
         assert ids == [ce_dir]
         _not_found(requests.get(s.base_url + "/v1/models/nope", timeout=10), "nope", [minilm, ce_dir])
 
-        os.symlink(target, minilm)  # its next restart attempt finds the model again
+        # A restart attempt without its model fails and the model stays dead; the next one, with it, serves.
+        failed = lambda: f"model {minilm}: restart failed" in open(s.log_path).read()  # noqa: E731
+        assert wait_until(failed, 30, interval=0.2), s.log()
+        _unavailable(_post(s, "/v1/embeddings", {"input": "hi"}), minilm)
+        os.symlink(target, minilm)
         serving = lambda: _post(s, "/v1/embeddings", {"input": TEXTS}).status_code == 200  # noqa: E731
         assert wait_until(serving, 45, interval=0.5), s.log()
         np.testing.assert_allclose(_vectors(_ok(_post(s, "/v1/embeddings", {"input": TEXTS}))), _vectors(before))
