@@ -203,6 +203,17 @@ def test_an_unknown_model_is_a_404_naming_the_served_ones(server, path, payload)
     _not_found(_post(server, path, payload), "nope", ["minilm", "ce"])
 
 
+def test_an_unknown_model_on_a_tei_route_is_answered_in_teis_shape(server):
+    for r in (
+        _post(server, "/embed", {"inputs": "hi", "model": "nope"}),
+        requests.post(server.base_url + "/rerank?model=nope", json={"query": QUERY, "texts": DOCS}, timeout=60),
+    ):
+        assert r.status_code == 422, r.text  # TEI's status for a request it cannot take
+        body = r.json()
+        assert set(body) == {"error", "error_type"} and body["error_type"] == "Validation", body
+        assert "`nope` does not exist" in body["error"] and "`minilm`, `ce`" in body["error"], body
+
+
 def test_models_list_health_and_one_card(server):
     cards = {c["id"]: c for c in _ok(requests.get(server.base_url + "/v1/models", timeout=10))["data"]}
     assert set(cards) == {"minilm", "ce", "reranker"}

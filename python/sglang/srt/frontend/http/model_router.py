@@ -194,7 +194,16 @@ class ModelRouter:
 
     # ----- answers of their own -----
     async def _unknown(self, scope: Scope, send: Send, name: str) -> None:
-        await self._answer(scope, send, model_not_found(name, [m.name for m in self.models]))
+        """model_not_found naming the served models, shaped as the route shapes its own errors (a
+        TEI route: its 422 Validation; Cohere's: {"message"}; else OpenAI's 404), as the route would
+        answer a bad field of its body."""
+        first = self.apps[0]
+        err = model_not_found(name, [m.name for m in self.models])
+        status, body, extra = first.state.error_styles.for_path(scope["path"])(err)
+        headers = [(k.lower().encode("latin-1"), str(v).encode("latin-1")) for k, v in extra.items()]
+        await _send(send, status, body, head=scope["method"] == "HEAD", extra=headers + _id_header(scope))
+        route = scope["path"] if scope["path"] in BODY_ROUTES else UNMATCHED_ROUTE
+        first.state.metrics.requests.inc(route=route, status=str(status))
 
     def _body_timeout(self) -> EmbeddingError:
         return EmbeddingError(
