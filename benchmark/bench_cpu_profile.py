@@ -1,11 +1,13 @@
 """Where the CPU forward's time goes, in CPU time: % of the GEMM ceiling and op shares per config.
 
-    python benchmark/bench_cpu_profile.py [--configs float32,int8] [--batch 64] [--rounds 3]
+    python benchmark/bench_cpu_profile.py [--configs float32,int8] [--batch 64] [--rounds 3] [--threads N]
     ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 SGLANG_KERNEL_ISA=x86-64-v3 \\
         python benchmark/bench_cpu_profile.py     # an AVX2 machine (no VNNI), emulated on an AVX-512 one
 
 Made for a shared machine: every number is process CPU time (all threads), not wall time, so
-other jobs on the cores move it much less than they move texts/s. Per config:
+other jobs on the cores move it much less than they move texts/s (at 2 threads a loaded machine
+still adds OpenMP workers spinning at barriers while their peer waits for a core: --threads 1
+gives the steadiest numbers there). Per config:
 
 1. the GEMM peak through oneDNN (bench_cpu_int8.gemm_peaks' shape and ops) in FLOPs per
    CPU-second times the thread count;
@@ -108,8 +110,11 @@ def op_times(run: Callable[[], object]) -> dict[str, float]:
         (cpu_kernel_loader.VarlenAttentionKernel, "__call__", "sgl::attention"),
         (Int8RowsKernel, "quantize_rows", "sgl::int8_quantize"),
         (Int8RowsKernel, "dequant_rows", "sgl::int8_dequant"),
+        (Int8RowsKernel, "dequant_quantize_rows", "sgl::int8_dequant"),  # + the next layer's quantize
     ):
-        fn = getattr(cls, attr)
+        fn = getattr(cls, attr, None)
+        if fn is None:  # an older tree, for A/B runs
+            continue
 
         def timed(*a, _fn=fn, _label=label, **kw):
             start = time.process_time()
@@ -138,7 +143,10 @@ def main() -> None:
     ap.add_argument("--peak-seconds", type=float, default=3.0)
     ap.add_argument("--ops", action="store_true", help="also time every op (one more pass)")
     ap.add_argument("--output-json", default=None)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, the cores)")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     import bench_cpu_int8
     import bench_serving
@@ -168,7 +176,7 @@ def main() -> None:
     out["gemm_peak_gflops_per_cpu_s_x_threads"] = {k: v / 1e9 for k, v in peaks.items()}
     print("GEMM peak per CPU-second x threads: " + ", ".join(f"{k} {v / 1e9:.0f} G/s" for k, v in peaks.items()))
     for config in args.configs.split(","):
-        runner = ModelRunner(ServerArgs(device="cpu", **CONFIGS[config]))
+        runner = ModelRunner(ServerArgs(device="cpu", cpu_threads=args.threads, **CONFIGS[config]))
 
         def one_pass(runner=runner) -> None:
             for b in batches:

@@ -177,38 +177,81 @@ _HALF = torch.tensor(0.5)
 _LOW_8BIT = torch.tensor(-128.0)
 
 
+@dataclass(frozen=True)
+class QuantizedRows:
+    """One int8 layer's input, already quantized for it by the previous int8 layer's dequantize pass
+    (`int8_linear_then`): the integers and row statistics that layer's own quantize step would
+    make of the float rows, so it skips that pass over them (and, after GELU, the float rows are
+    never written at all). Only the layer it was made for takes it."""
+
+    t: torch.Tensor  # [M, K] uint8 (int8's bits when low < 0)
+    span: torch.Tensor  # float32 [M, 1]
+    lo: torch.Tensor  # float32 [M, 1]
+    weight: Int8Weight  # the layer these rows are for (its smoothing, levels and low)
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.t.shape
+
+    @property
+    def device(self) -> torch.device:
+        return self.t.device
+
+    def __getitem__(self, rows: slice) -> "QuantizedRows":
+        """A block of rows (layers/row_chunks.in_row_chunks slices its inputs)."""
+        if not isinstance(rows, slice):
+            raise TypeError("QuantizedRows are sliced by rows only")
+        return QuantizedRows(self.t[rows], self.span[rows], self.lo[rows], self.weight)
+
+
+def _quantized_input(
+    x: torch.Tensor | QuantizedRows, weight: Int8Weight
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    if isinstance(x, QuantizedRows):
+        if x.weight is not weight:
+            raise ValueError("these rows were quantized for another int8 layer (other smoothing factors)")
+        return x.t, x.span, x.lo
+    support, kernel = weight.support, weight.support.rows_kernel
+    x2 = x if x.dim() == 2 and x.dtype == torch.float32 else x.reshape(-1, x.shape[-1]).float()
+    if kernel is not None:
+        return kernel.quantize_rows(
+            x2 if x2.stride(1) == 1 else x2.contiguous(), weight.smooth, support.levels, support.low
+        )
+    return quantize_rows(x2 * weight.smooth if weight.smoothed else x2, support)
+
+
+def _float_rows(residual: Optional[torch.Tensor], n: int) -> Optional[torch.Tensor]:
+    if residual is None:
+        return None
+    res2 = residual.reshape(-1, n)
+    return res2 if res2.dtype == torch.float32 and res2.stride(1) == 1 else res2.float().contiguous()
+
+
+def _norm32(norm: Optional[tuple]) -> Optional[tuple]:
+    if norm is None:
+        return None
+    return tuple(None if t is None else t.float().contiguous() for t in norm[:2]) + (float(norm[2]),)
+
+
 def int8_linear(
-    x: torch.Tensor,
+    x: torch.Tensor | QuantizedRows,
     weight: Int8Weight,
     gelu: bool = False,
     residual: Optional[torch.Tensor] = None,
     norm: Optional[tuple[torch.Tensor, Optional[torch.Tensor], float]] = None,
 ) -> torch.Tensor:
     """x @ W.T + b (then exact GELU, or + residual, then LayerNorm(weight, bias, eps) when `norm`)
-    in int8; x's dtype in and out, float32 around the matmul. The row kernel adds the residual and
-    normalizes in its dequantize pass (two passes over the output fewer)."""
-    x2 = x if x.dim() == 2 and x.dtype == torch.float32 else x.reshape(-1, x.shape[-1]).float()
+    in int8; x's dtype in and out (float32 for QuantizedRows), float32 around the matmul. The row
+    kernel adds the residual and normalizes in its dequantize pass (two passes over the output fewer)."""
     support, kernel = weight.support, weight.support.rows_kernel
-    if kernel is not None:
-        t, span, lo = kernel.quantize_rows(
-            x2 if x2.stride(1) == 1 else x2.contiguous(), weight.smooth, support.levels, support.low
-        )
-    else:
-        t, span, lo = quantize_rows(x2 * weight.smooth if weight.smoothed else x2, support)
+    t, span, lo = _quantized_input(x, weight)
     out = _QLINEAR(
         t, 1.0, 0, weight.packed, weight.scales, weight.zero_points, None, 1.0, 0, torch.float32, "none", [], ""
     )
-    res2 = None
-    if residual is not None:
-        res2 = residual.reshape(-1, weight.out_features)
-        if res2.dtype != torch.float32 or res2.stride(1) != 1:
-            res2 = res2.float().contiguous()
+    res2 = _float_rows(residual, weight.out_features)
     if kernel is not None:  # GELU and the residual in the same pass
-        norm32 = None
-        if norm is not None:
-            norm32 = tuple(None if t is None else t.float().contiguous() for t in norm[:2]) + (float(norm[2]),)
         kernel.dequant_rows(
-            out, span, lo, weight.row_sums, weight.bias, support.levels, support.low, gelu, res2, norm32
+            out, span, lo, weight.row_sums, weight.bias, support.levels, support.low, gelu, res2, _norm32(norm)
         )
     else:
         out = torch.addcmul(weight.bias, out, span, out=out) if weight.bias is not None else out.mul_(span)
@@ -223,6 +266,58 @@ def int8_linear(
             )
         if gelu:
             out = torch.nn.functional.gelu(out)
+    if isinstance(x, QuantizedRows):
+        return out
     if out.dtype != x.dtype or x.dim() != 2:
         out = out.to(x.dtype).reshape(*x.shape[:-1], weight.out_features)
     return out
+
+
+def can_feed(weight: Int8Weight, then: Int8Weight) -> bool:
+    """Can `weight`'s dequantize pass quantize its output for `then` (`int8_linear_then`)?"""
+    return (
+        weight.support.rows_kernel is not None
+        and then.support.rows_kernel is not None
+        and then.smooth.shape[0] == weight.out_features
+    )
+
+
+def int8_linear_then(
+    x: torch.Tensor | QuantizedRows,
+    weight: Int8Weight,
+    then: Int8Weight,
+    keep_float: bool,
+    gelu: bool = False,
+    residual: Optional[torch.Tensor] = None,
+    norm: Optional[tuple[torch.Tensor, Optional[torch.Tensor], float]] = None,
+) -> tuple[Optional[torch.Tensor], QuantizedRows]:
+    """`int8_linear` on 2-D float32 rows (or QuantizedRows), its output also quantized for the next
+    int8 layer `then` in the same dequantize pass (`can_feed` must hold): (the float output, or None
+    unless keep_float, and `then`'s input). Same numbers as `int8_linear` followed by `then`'s own
+    quantize step: the same arithmetic on the same float rows."""
+    if not can_feed(weight, then):
+        raise ValueError("the next layer's quantization runs in the row kernel's dequantize pass only")
+    if isinstance(x, torch.Tensor) and (x.dim() != 2 or x.dtype != torch.float32):
+        raise ValueError("int8_linear_then takes 2-D float32 rows")
+    support, nxt = weight.support, then.support
+    t, span, lo = _quantized_input(x, weight)
+    out = _QLINEAR(
+        t, 1.0, 0, weight.packed, weight.scales, weight.zero_points, None, 1.0, 0, torch.float32, "none", [], ""
+    )
+    q = support.rows_kernel.dequant_quantize_rows(
+        out,
+        span,
+        lo,
+        weight.row_sums,
+        weight.bias,
+        support.levels,
+        support.low,
+        then.smooth,
+        nxt.levels,
+        nxt.low,
+        keep_float,
+        gelu,
+        _float_rows(residual, weight.out_features),
+        _norm32(norm),
+    )
+    return (out if keep_float else None), QuantizedRows(*q, then)

@@ -21,7 +21,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sglang.srt.layers.int8_linear import Int8Support, Int8Weight, int8_linear
+from sglang.srt.layers.int8_linear import (
+    Int8Support,
+    Int8Weight,
+    QuantizedRows,
+    can_feed,
+    int8_linear,
+    int8_linear_then,
+)
 from sglang.srt.model_loader.weight_utils import default_weight_loader
 
 
@@ -90,29 +97,61 @@ class Linear(nn.Module):
     def _matmul_weight(self) -> torch.Tensor:
         return self.weight if self.packed_weight is None else self.packed_weight
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | QuantizedRows) -> torch.Tensor:
         if self.int8_weight is not None:
             return int8_linear(x, self.int8_weight)
         return linear(x, self._matmul_weight(), self.bias)
 
-    def forward_gelu(self, x: torch.Tensor) -> torch.Tensor:
-        """GELU(linear(x)) in one pass where the backend can fuse it."""
+    def forward_gelu(
+        self, x: torch.Tensor | QuantizedRows, then: Optional["Linear"] = None
+    ) -> torch.Tensor | QuantizedRows:
+        """GELU(linear(x)) in one pass where the backend can fuse it. With `then` (the layer that
+        alone reads the result) and both layers in int8, the result comes back as `then`'s
+        QuantizedRows, quantized in the same pass and never written as float."""
         if self.int8_weight is not None:
+            feed = self._feeds(x, then)
+            if feed is not None:
+                return int8_linear_then(x, self.int8_weight, feed, keep_float=False, gelu=True)[1]
             return int8_linear(x, self.int8_weight, gelu=True)
         return linear(x, self._matmul_weight(), self.bias, gelu=True)
 
-    def forward_add(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    def forward_add(self, x: torch.Tensor | QuantizedRows, residual: torch.Tensor) -> torch.Tensor:
         """linear(x) + residual in one pass where the backend can fuse it."""
         if self.int8_weight is not None:
             return int8_linear(x, self.int8_weight, residual=residual)
         return linear(x, self._matmul_weight(), self.bias, residual=residual)
 
-    def forward_add_norm(self, x: torch.Tensor, residual: torch.Tensor, norm: nn.Module) -> torch.Tensor:
+    def forward_add_norm(
+        self, x: torch.Tensor | QuantizedRows, residual: torch.Tensor, norm: nn.Module
+    ) -> torch.Tensor:
         """norm(linear(x) + residual) for a LayerNorm `norm` (weight, bias, eps): in int8 with the
         row kernel, all in its dequantize pass; otherwise the fused add, then the norm."""
         if self.int8_weight is not None and self.int8_weight.support.rows_kernel is not None:
             return int8_linear(x, self.int8_weight, residual=residual, norm=(norm.weight, norm.bias, norm.eps))
         return norm(self.forward_add(x, residual))
+
+    def forward_add_norm_then(
+        self, x: torch.Tensor | QuantizedRows, residual: torch.Tensor, norm: nn.Module, then: "Linear"
+    ) -> tuple[torch.Tensor, Optional[QuantizedRows]]:
+        """(forward_add_norm(x, residual, norm), the same rows as `then`'s QuantizedRows or None):
+        with both layers in int8 the next layer's input is quantized in this layer's dequantize
+        pass, while each row is in L1, instead of by a pass of its own over the float output."""
+        feed = self._feeds(x, then) if self.int8_weight is not None else None
+        if feed is None:
+            return self.forward_add_norm(x, residual, norm), None
+        out, rows = int8_linear_then(
+            x, self.int8_weight, feed, keep_float=True, residual=residual, norm=(norm.weight, norm.bias, norm.eps)
+        )
+        return out, rows
+
+    def _feeds(self, x: torch.Tensor | QuantizedRows, then: Optional["Linear"]) -> Optional[Int8Weight]:
+        """`then`'s int8 weight when this layer's dequantize pass can quantize x's result for it
+        (both int8 with the row kernel, float32 rows: a bfloat16 model keeps its own rounding)."""
+        if then is None or then.int8_weight is None or not can_feed(self.int8_weight, then.int8_weight):
+            return None
+        if isinstance(x, torch.Tensor) and (x.dim() != 2 or x.dtype != torch.float32):
+            return None
+        return then.int8_weight
 
     def prepack(self, release_plain: bool) -> bool:
         """Reorder the weight into oneDNN's layout once. With `release_plain` the plain copy's

@@ -76,10 +76,16 @@ def observe_linear_inputs(model: nn.Module) -> Iterator[dict[Linear, torch.Tenso
         absmax = x.detach().reshape(-1, x.shape[-1]).abs().amax(dim=0).float()
         seen[layer] = absmax if layer not in seen else torch.maximum(seen[layer], absmax)
 
+    def observed(layer: Linear, method):
+        def call(x, *args):
+            record(layer, x)
+            return method(layer, x, *args)
+
+        return call
+
     for layer in layers:
-        layer.forward = lambda x, layer=layer: (record(layer, x), Linear.forward(layer, x))[1]
-        layer.forward_gelu = lambda x, layer=layer: (record(layer, x), Linear.forward_gelu(layer, x))[1]
-        layer.forward_add = lambda x, r, layer=layer: (record(layer, x), Linear.forward_add(layer, x, r))[1]
+        for name in ("forward", "forward_gelu", "forward_add"):
+            setattr(layer, name, observed(layer, getattr(Linear, name)))
     try:
         yield seen
     finally:

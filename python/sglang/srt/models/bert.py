@@ -9,6 +9,7 @@ from torch import nn
 
 from sglang.srt.layers.activation import get_activation
 from sglang.srt.layers.attention.layer import AttentionLayer
+from sglang.srt.layers.int8_linear import QuantizedRows
 from sglang.srt.layers.layernorm import LayerNorm
 from sglang.srt.layers.linear import Linear, QKVLinear
 from sglang.srt.layers.row_chunks import in_row_chunks
@@ -66,8 +67,14 @@ class BertOutput(nn.Module):
         self.dense = Linear(in_features, hidden)
         self.LayerNorm = LayerNorm(hidden, eps)
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | QuantizedRows, residual: torch.Tensor) -> torch.Tensor:
         return self.dense.forward_add_norm(x, residual, self.LayerNorm)
+
+    def forward_then(
+        self, x: torch.Tensor, residual: torch.Tensor, then: Linear
+    ) -> tuple[torch.Tensor, Optional[QuantizedRows]]:
+        """forward, and its result already quantized for the int8 layer `then` (None unless int8)."""
+        return self.dense.forward_add_norm_then(x, residual, self.LayerNorm, then)
 
 
 class BertAttention(nn.Module):
@@ -79,6 +86,11 @@ class BertAttention(nn.Module):
     def forward(self, x: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
         return self.output(self.self(x, fb), x)
 
+    def forward_then(
+        self, x: torch.Tensor, fb: ForwardBatch, then: Linear
+    ) -> tuple[torch.Tensor, Optional[QuantizedRows]]:
+        return self.output.forward_then(self.self(x, fb), x, then)
+
 
 class BertIntermediate(nn.Module):
     def __init__(self, config) -> None:
@@ -87,9 +99,11 @@ class BertIntermediate(nn.Module):
         self.act = get_activation(config.hidden_act)
         self.exact_gelu = config.hidden_act == "gelu"
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | QuantizedRows, then: Optional[Linear] = None) -> torch.Tensor | QuantizedRows:
+        """With `then` (the layer that alone reads the result), an int8 model gets `then`'s
+        QuantizedRows back (Linear.forward_gelu): the activations are never written as float."""
         if self.exact_gelu:
-            return self.dense.forward_gelu(x)
+            return self.dense.forward_gelu(x, then)
         return self.act(self.dense(x))
 
 
@@ -102,11 +116,15 @@ class BertLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, fb: ForwardBatch) -> torch.Tensor:
         # The feed-forward half is per token: on CPU it runs in row chunks, which bounds its
-        # [tokens, intermediate] activation (the layer's largest) for a long batch.
-        return in_row_chunks(self._feed_forward, self.attention(x, fb))
+        # [tokens, intermediate] activation (the layer's largest) for a long batch. In int8 each
+        # dequantize pass also quantizes its rows for the next matmul (QuantizedRows).
+        h, h_rows = self.attention.forward_then(x, fb, self.intermediate.dense)
+        if h_rows is None:
+            return in_row_chunks(self._feed_forward, h)
+        return in_row_chunks(self._feed_forward, h, h_rows)
 
-    def _feed_forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.output(self.intermediate(h), h)
+    def _feed_forward(self, h: torch.Tensor, h_rows: Optional[QuantizedRows] = None) -> torch.Tensor:
+        return self.output(self.intermediate(h if h_rows is None else h_rows, self.output.dense), h)
 
 
 class BertEncoder(nn.Module):
