@@ -55,6 +55,7 @@ def server(tmp_path_factory, ce_dir):
         "    served-model-name: minilm\n"
         f"  - model-path: {link}\n"
         "    served-model-name: [ce, reranker]\n"
+        "    max-queue-size: 8\n"  # its own queue: its overload is its own
     )
     with ServerProcess("--models-config", str(config), "--tokenizer-worker-num", "2", "--log-requests", *ARGS) as s:
         s.ce_link = link
@@ -248,6 +249,34 @@ def test_metrics_are_labelled_by_model(server):
     # minilm: 2 embeddings, 0 reranks; ce: 0 embeddings, 1 rerank; a batch or more for each model
     assert grown[:4] == [2, 0, 0, 1], list(zip(series, grown))
     assert grown[4] >= 1 and grown[5] >= 1, list(zip(series, grown))
+
+
+def test_one_models_overload_is_its_own(server):
+    """The cross-encoder's scheduler held (SIGSTOP): past what its queue takes (max-queue-size 8 in
+    the models file: each HTTP worker keeps at most 16 of its inputs in flight), it answers 429
+    while the embedder answers 200 on both HTTP workers; once it runs again, what it took is
+    answered (200, or 429 for what its scheduler's queue had no room for)."""
+    ce_pid = _scheduler_pid(server, "ce")
+    rerank = {"query": QUERY, "documents": DOCS, "model": "ce"}  # 4 inputs each: 4 per worker fit
+    os.kill(ce_pid, signal.SIGSTOP)
+    pool = ThreadPoolExecutor(12)
+    try:
+        held = [pool.submit(_post, server, "/v1/rerank", rerank) for _ in range(12)]
+        assert wait_until(lambda: sum(f.done() for f in held) >= 4, 20), "too few reranks were refused"
+        refused = [f.result() for f in held if f.done()]
+        assert all(r.status_code == 429 for r in refused), [r.text for r in refused]
+        assert refused[0].json()["error"]["type"] == "rate_limit_error", refused[0].text
+
+        def check(i: int) -> None:
+            r = requests.post(server.base_url + "/v1/embeddings", json={"input": f"busy {i}"}, timeout=10)
+            assert r.status_code == 200 and r.json()["model"] == "minilm", r.text
+
+        _answers_on_both_workers(server, check, n=12)
+    finally:
+        os.kill(ce_pid, signal.SIGCONT)
+        pool.shutdown(wait=True)
+    answered = [f.result().status_code for f in held]
+    assert 200 in answered and set(answered) <= {200, 429}, answered
 
 
 # ----- one model dies, then the other (runs last: it ends the module's server) -----
