@@ -3,8 +3,9 @@ cross-encoder, from a --models-config YAML file (two HTTP workers) and from repe
 
 Each model's answers match its reference (sentence-transformers, transformers logits), requests
 without a `model` reach the model able to answer the route, an unknown name is a 404 naming the
-served ones; killing one model's scheduler fails only that model's requests (on every HTTP worker),
-killing the other's stops the server with exit 1; two models claiming one name never start.
+served ones (TEI's routes: their 422); one model's overload (429) and death (503, on every HTTP
+worker, until its engine has started again) are its own; every model dead at once stops the server
+with exit 1; two models claiming one name never start.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def ce_dir(tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, ce_dir):
     """The embedder as "minilm", the cross-encoder as "ce" (alias "reranker"), two HTTP workers.
-    test_killing_one_model_* runs last: it kills this server's models. The cross-encoder is served
+    test_one_dead_model_* runs last: it kills this server's models. The cross-encoder is served
     through a link (`s.ce_link`), so that a test can keep a dead model from starting again."""
     where = tmp_path_factory.mktemp("cfg")
     config, link = where / "models.yaml", where / "ce-link"
