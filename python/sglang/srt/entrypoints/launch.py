@@ -74,8 +74,11 @@ def launch_server(server_args: ServerArgs, models: Optional[list[ServerArgs]] = 
 
         def on_death(reason: str) -> None:  # the server can serve nothing more: exit 1
             nonlocal exit_code
-            exit_code = 1
-            processes.notify_http_workers()
+            with lock:
+                if exit_code:  # an HTTP worker told to exit is no second death
+                    return
+                exit_code = 1
+            processes.end()
             engine_died(app, server, reason)
 
         def on_model_death(index: int, reason: str) -> None:

@@ -49,6 +49,7 @@ class ServerProcesses:
         self.served: list[ServedModel] = []
         self._stopping = False
         self._draining = False
+        self._ending = False  # every model died: the HTTP workers exit on their own
         self._stop = threading.Event()  # wakes restart back-offs at shutdown
         self._dead: queue.Queue[Optional[int]] = queue.Queue()  # models whose engine is to start again
         self._lock = threading.Lock()  # engines replaced by a restart vs shutdown()
@@ -149,7 +150,7 @@ class ServerProcesses:
         """Start dead models' engines again, each after its back-off: (when, index, attempt) in
         time order, so one model that keeps failing does not hold back another."""
         due: list[tuple[float, int, int]] = []
-        while not self._stopping:
+        while not self._stop.is_set():
             timeout = max(0.0, due[0][0] - time.monotonic()) if due else None
             try:
                 index = self._dead.get(timeout=timeout)
@@ -159,9 +160,9 @@ class ServerProcesses:
                 heapq.heappush(due, (time.monotonic() + RESTART_DELAYS[0], index, 0))
             except queue.Empty:
                 pass
-            while due and due[0][0] <= time.monotonic() and not self._stopping:
+            while due and due[0][0] <= time.monotonic() and not self._stop.is_set():
                 _, index, attempt = heapq.heappop(due)
-                if not self._start_again(index, attempt) and not self._stopping:
+                if not self._start_again(index, attempt) and not self._stop.is_set():
                     delay = RESTART_DELAYS[min(attempt + 1, len(RESTART_DELAYS) - 1)]
                     heapq.heappush(due, (time.monotonic() + delay, index, attempt + 1))
 
@@ -170,7 +171,7 @@ class ServerProcesses:
         old = self.engines[index]
         name = old.server_args.served_model_name
         with self._lock:
-            if self._stopping:
+            if self._stop.is_set():
                 return False
             logger.info("model %s: starting its engine again (attempt %d)", name, attempt + 1)
             engine = self.engines[index] = EngineProcesses(old.server_args, old.port_args, old.label_name)
@@ -182,11 +183,11 @@ class ServerProcesses:
         try:
             engine.wait_ready()
         except Exception as e:  # a ConfigError as at start-up; anything else when shutdown() stopped it
-            if not self._stopping:
+            if not self._stop.is_set():
                 logger.error("model %s: restart failed: %s", name, e)
             return False
         with self._lock:
-            if self._stopping:
+            if self._stop.is_set():
                 return False
             try:
                 os.remove(dead_marker(old.port_args.ipc_dir))
@@ -208,7 +209,7 @@ class ServerProcesses:
             proc = watched.pop(ready[0])
             if not self._draining:
                 time.sleep(grace)
-            if self._stopping:
+            if self._stopping or self._ending:  # told to stop, or to fail and exit (every model died)
                 return
             if self._draining:
                 continue
@@ -217,6 +218,13 @@ class ServerProcesses:
             logger.error(reason)
             on_http_death(reason)
             return
+
+    def end(self) -> None:
+        """Every model's engine is dead: the HTTP workers are told to fail and exit (notify), which
+        is no crash of theirs."""
+        self._ending = True
+        self._stop.set()  # no more restarts
+        self.notify_http_workers()
 
     def notify_http_workers(self) -> None:
         """Tell the extra HTTP workers a model's engine died (they read which from the markers)."""
