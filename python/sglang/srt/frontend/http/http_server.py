@@ -24,6 +24,7 @@ from sglang.srt.configs.model_info import ModelInfo
 from sglang.srt.errors import EmbeddingError, ErrorKind
 from sglang.srt.frontend.cohere.routes import add_cohere_routes
 from sglang.srt.frontend.compat_routes import add_compat_routes, model_card
+from sglang.srt.frontend.http.direct_call import put_first
 from sglang.srt.frontend.http.error_styles import ErrorStyles, tei_style
 from sglang.srt.frontend.http.http_errors import CLIENT_CLOSED, HTTP_STATUS, HttpError
 from sglang.srt.frontend.http.json_body import JsonBodyRoute
@@ -312,6 +313,7 @@ def create_app(
     add_compat_routes(app, server_args, model_info, serve_task, json_response, created)
     add_cohere_routes(app, server_args.served_model_name, serve_task)
     add_sagemaker_routes(app)  # last: it hands requests to the routes above
+    put_first(app, "/v1/embeddings")  # the common request: tried before the docs, /health, ... (direct_call.py)
     return app
 
 

@@ -2,7 +2,9 @@
 
 `JsonBodyRoute` is the app's route class, so every JSON route gets it, including routes added
 later. Before FastAPI's own body handling runs it parses the body itself and, for a route with one
-request model, validates it too; FastAPI then finds the finished model and only checks its type.
+request model, validates it too; FastAPI then finds the finished model and only checks its type. A
+route with nothing but that model (and the Request) skips FastAPI's handler and is called with the
+model directly, with the same answers (direct_call.py).
 
 - orjson reads UTF-8 only: UTF-16/32 bodies (which `json.loads` would guess and accept) and lone
   surrogate escapes (`"\\ud800"`, which no UTF-8 response could echo) are 400s, never a 500.
@@ -28,6 +30,8 @@ import orjson
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.requests import Request
+
+from sglang.srt.frontend.http.direct_call import direct_endpoint, direct_ok, plain_json
 
 LARGE_BODY_BYTES = 256 * 1024
 PARSED_BODY = "sglang.parsed_body"  # scope key of a ParsedBody
@@ -113,16 +117,20 @@ class JsonBodyRoute(APIRoute):
             return handler
         # Several body parameters are embedded under their names: leave their validation to FastAPI.
         model_field = None if getattr(self, "_embed_body_fields", True) else field
+        direct = direct_endpoint(self) if model_field is not None else None
 
         async def parse_then_handle(request: Request):
             parsed: Optional[ParsedBody] = request.scope.pop(PARSED_BODY, None)
             if parsed is not None:  # parsed by the route that dispatched here (hand_over)
-                request._json = await self._run(parsed.size, validate_value, parsed.value, model_field)
+                value = await self._run(parsed.size, validate_value, parsed.value, model_field)
             else:
                 body = await request.body()
-                if body:
-                    # what Request.json() returns; FastAPI reads the body through it
-                    request._json = await self._run(len(body), parse_body, body, model_field)
+                if not body:
+                    return await handler(request)
+                value = await self._run(len(body), parse_body, body, model_field)
+            if direct is not None and plain_json(request) and direct_ok():
+                return await direct(request, value)  # what FastAPI's handler would end in (direct_call.py)
+            request._json = value  # what Request.json() returns; FastAPI reads the body through it
             return await handler(request)
 
         return parse_then_handle
