@@ -127,12 +127,22 @@ runpy.run_module("sglang.launch_server", run_name="__main__")
 """
 
 
-def start(variant: Variant, cmd: list[str], env: dict[str, str], timeout: float) -> None:
+def start(variant: Variant, cmd: list[str], env: dict[str, str], timeout: float, new_session: bool = True) -> None:
+    """Start a server and wait for /health. It leads its own process group either way (stop() kills the
+    group); `new_session=False` keeps it in this session, so that with Linux's autogroup scheduling
+    several servers share one CPU share against the machine's other work instead of one each."""
     port = free_port()
     log = tempfile.NamedTemporaryFile(prefix=f"bench_http_cpu_{variant.name}_", suffix=".log", delete=False)
     cmd = [c.replace("{port}", str(port)) for c in cmd]
     print(f"[{variant.name}] {shlex.join(cmd)}  (log: {log.name})", flush=True)
-    variant.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    variant.proc = subprocess.Popen(
+        cmd,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=new_session,
+        process_group=None if new_session else 0,
+    )
     variant.url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and variant.proc.poll() is None:

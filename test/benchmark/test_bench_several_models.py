@@ -1,0 +1,109 @@
+"""The several-models benchmark's pieces that decide its numbers: the round order, the two setups'
+command lines, the requests and how answers are counted, process roles, memory reads, the A/B table."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmark"))
+from bench_several_models import (  # noqa: E402
+    Model,
+    Setup,
+    memory_mb,
+    parse_args,
+    payload,
+    role,
+    round_order,
+    server_commands,
+    table,
+    texts_answered,
+)
+
+MODELS = [Model("embed", "/m/embedder", "embed"), Model("rerank", "/m/cross", "rerank")]
+
+
+def test_rounds_alternate_which_setup_goes_first():
+    assert round_order(1) == ["A", "B"]
+    assert round_order(3) == ["A", "B", "B", "A", "A", "B"]
+
+
+def test_one_server_serves_both_models_from_a_models_file_and_setup_b_one_each(tmp_path):
+    commands = server_commands(MODELS, str(tmp_path), "--cpu-threads 1")
+    (a,) = commands["A"]
+    config = a[a.index("--models-config") + 1]
+    with open(config) as f:
+        assert json.load(f) == [
+            {"model-path": "/m/embedder", "served-model-name": "embed"},
+            {"model-path": "/m/cross", "served-model-name": "rerank"},
+        ]
+    assert len(commands["B"]) == 2
+    for cmd, model in zip(commands["B"], MODELS):
+        assert cmd[cmd.index("--model-path") + 1] == model.path
+        assert cmd[cmd.index("--served-model-name") + 1] == model.name
+    for cmd in [a, *commands["B"]]:  # the same options everywhere: only the model layout differs
+        assert cmd.count("--allow-auto-truncate") == 1 and cmd[cmd.index("--cpu-threads") + 1] == "1"
+        assert "{port}" in cmd
+
+
+def test_requests_name_their_model_and_walk_the_corpus():
+    texts = [f"t{i}" for i in range(10)]
+    path, body = payload(MODELS[0], texts, 3, 2, 4)
+    assert path == "/v1/embeddings"
+    assert body == {"model": "embed", "input": ["t6", "t7"], "encoding_format": "base64"}
+    assert payload(MODELS[0], texts, 12, 1, 4)[1]["input"] == "t2"  # cycled, one text as a string
+    path, body = payload(MODELS[1], texts, 1, 1, 4)
+    assert path == "/v1/rerank"
+    assert body == {"model": "rerank", "query": "t5", "documents": ["t6", "t7", "t8", "t9"]}
+
+
+def test_answers_count_embedded_texts_or_scored_documents():
+    assert texts_answered({"data": [{}, {}]}) == 2
+    assert texts_answered({"results": [{}, {}, {}]}) == 3
+    assert texts_answered({}) == 0
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("http (main)", "http"),
+        ("sglang-schedule", "scheduler"),
+        ("sglang-sched-1", "scheduler"),
+        ("sglang-detokeni", "detokenizer"),
+        ("sglang-http-1", "http worker"),
+        ("python", "other"),
+    ],
+)
+def test_process_roles(name, expected):
+    assert role(name) == expected
+
+
+def test_memory_of_this_process_and_of_a_gone_one():
+    rss, pss = memory_mb(os.getpid())
+    assert 10 < pss <= rss
+    assert memory_mb(2**22 + 1) is None  # above pid_max's default ceiling: no such process
+
+
+def _round(texts_per_s: float, p50: float, ok: int = 10) -> dict:
+    return {"texts_per_s": texts_per_s, "p50_ms": p50, "p95_ms": 2 * p50, "requests": 10, "ok": ok}
+
+
+def test_table_takes_medians_over_rounds_and_divides_a_by_b():
+    a = Setup("A", [], {}, rounds=[{"embed": _round(10, 100)}, {"embed": _round(30, 300)}, {"embed": _round(20, 50)}])
+    b = Setup(
+        "B", [], {}, rounds=[{"embed": _round(5, 100, ok=9)}, {"embed": _round(10, 200)}, {"embed": _round(40, 100)}]
+    )
+    rows = {r["setup"]: r for r in table({"A": a, "B": b}, MODELS[:1])}
+    assert rows["A"]["texts_per_s"] == 20 and rows["A"]["p50_ms"] == 100 and rows["A"]["rounds"] == [10, 30, 20]
+    assert rows["B"]["texts_per_s"] == 10 and rows["B"]["errors"] == 1
+    assert rows["A/B"]["texts_per_s"] == 2.0 and rows["A/B"]["p50_ms"] == 1.0 and rows["A/B"]["p95_ms"] == 1.0
+
+
+def test_bad_flags_are_refused():
+    assert parse_args([]).second == "cross-encoder" and parse_args([]).sessions == "shared"
+    for bad in (["--clients", "1"], ["--rounds", "0"], ["--duration", "0"], ["--second", "sparse"]):
+        with pytest.raises(SystemExit):
+            parse_args(bad)
