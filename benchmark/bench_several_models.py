@@ -327,9 +327,9 @@ def report(setups: dict[str, Setup], models: list[Model], args: argparse.Namespa
         print(f"\nmemory {when}, MB (RSS / PSS: PSS splits shared pages between the processes mapping them):")
         totals[attr] = {}
         for key, setup in setups.items():
-            rows = getattr(setup, attr)
-            procs = "; ".join(describe(r, len(setup.servers) > 1) for r in rows)
-            totals[attr][key] = memory_totals(rows)
+            found = getattr(setup, attr)
+            procs = "; ".join(describe(r, len(setup.servers) > 1) for r in found)
+            totals[attr][key] = memory_totals(found)
             print(f"  {key}: {procs}")
             print(f"  {key} total: RSS {totals[attr][key]['rss_mb']:.0f}, PSS {totals[attr][key]['pss_mb']:.0f}")
         a, b = totals[attr]["A"], totals[attr]["B"]

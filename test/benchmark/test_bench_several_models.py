@@ -16,6 +16,7 @@ from bench_several_models import (  # noqa: E402
     memory_mb,
     parse_args,
     payload,
+    report,
     role,
     round_order,
     server_commands,
@@ -100,6 +101,27 @@ def test_table_takes_medians_over_rounds_and_divides_a_by_b():
     assert rows["A"]["texts_per_s"] == 20 and rows["A"]["p50_ms"] == 100 and rows["A"]["rounds"] == [10, 30, 20]
     assert rows["B"]["texts_per_s"] == 10 and rows["B"]["errors"] == 1
     assert rows["A/B"]["texts_per_s"] == 2.0 and rows["A/B"]["p50_ms"] == 1.0 and rows["A/B"]["p95_ms"] == 1.0
+
+
+def test_the_report_holds_the_table_cpu_and_both_memory_samples(capsys):
+    def setup(key: str, texts_per_s: float, servers: int, rss: float) -> Setup:
+        s = Setup(key, [None] * servers, {})
+        s.rounds = [{m.name: {**_round(texts_per_s, 100), "texts": 10 * texts_per_s} for m in MODELS}]
+        s.cores, s.cpu_s = [{"scheduler": 0.9, "http": 0.1}], [10.0]
+        s.memory_start = [{"server": i, "role": "http", "rss_mb": rss, "pss_mb": rss / 2} for i in range(servers)]
+        s.memory = [{**r, "rss_mb": r["rss_mb"] + 10} for r in s.memory_start]
+        return s
+
+    out = report({"A": setup("A", 20, 1, 120), "B": setup("B", 10, 2, 110)}, MODELS, parse_args([]))
+    assert [(r["model"], r["setup"]) for r in out["table"]] == [
+        (m, s) for m in ("embed", "rerank") for s in ("A", "B", "A/B")
+    ]
+    assert out["table"][2]["texts_per_s"] == 2.0
+    assert out["cpu"]["A"]["texts_per_cpu_s"] == 2 * 200 / 10 and out["cpu"]["A"]["total"] == 1.0
+    assert out["memory"]["A"]["started"]["total"] == {"rss_mb": 120, "pss_mb": 60}
+    assert out["memory"]["B"]["after_load"]["total"] == {"rss_mb": 240, "pss_mb": 110}
+    printed = capsys.readouterr().out
+    assert "A/B: RSS 0.55, PSS 0.55" in printed and "server 1 http 110 / 55" in printed
 
 
 def test_bad_flags_are_refused():
