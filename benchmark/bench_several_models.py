@@ -47,6 +47,7 @@ import bench_http_cpu  # noqa: E402  (benchmark/ is not a package)
 import bench_serving  # noqa: E402
 from bench_http_cpu import Variant, cpu_seconds, process_tree  # noqa: E402
 from http_client import LeanPoster  # noqa: E402
+from rss_sampler import memory_mb  # noqa: E402
 
 SETUPS = ("A", "B")
 SETUP_NAMES = {"A": "one server, two models", "B": "two servers, one model each"}
@@ -191,20 +192,6 @@ def role(name: str) -> str:
     if name.startswith("sglang-http-"):
         return "http worker"
     return "other"  # multiprocessing's resource tracker, compilers
-
-
-def memory_mb(pid: int) -> Optional[tuple[float, float]]:
-    """(RSS, PSS) of a process in MB, from /proc/<pid>/smaps_rollup; None when it is gone."""
-    found: dict[str, float] = {}
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                key, _, rest = line.partition(":")
-                if key in ("Rss", "Pss"):
-                    found[key] = int(rest.split()[0]) / 1024
-    except OSError:
-        return None
-    return (found["Rss"], found["Pss"]) if len(found) == 2 else None
 
 
 def setup_memory(setup: Setup) -> list[dict[str, Any]]:

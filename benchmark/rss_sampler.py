@@ -28,6 +28,20 @@ def rss_mb(pid: int) -> Optional[float]:
     return None
 
 
+def memory_mb(pid: int) -> Optional[tuple[float, float]]:
+    """(RSS, PSS) of a process in MB, from /proc/<pid>/smaps_rollup; None when it is gone."""
+    found: dict[str, float] = {}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in ("Rss", "Pss"):
+                    found[key] = int(rest.split()[0]) / 1024
+    except OSError:
+        return None
+    return (found["Rss"], found["Pss"]) if len(found) == 2 else None
+
+
 def cpu_seconds(pid: int) -> Optional[float]:
     """User + system CPU time a process (all its threads) has used, from /proc/PID/stat; None when gone.
 

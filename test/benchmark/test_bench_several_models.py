@@ -13,7 +13,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmar
 from bench_several_models import (  # noqa: E402
     Model,
     Setup,
-    memory_mb,
     parse_args,
     payload,
     report,
@@ -23,6 +22,7 @@ from bench_several_models import (  # noqa: E402
     table,
     texts_answered,
 )
+from rss_sampler import memory_mb  # noqa: E402
 
 MODELS = [Model("embed", "/m/embedder", "embed"), Model("rerank", "/m/cross", "rerank")]
 
