@@ -2,6 +2,7 @@
 
     python benchmark/bench_several_models.py [--second cross-encoder|embedder] [--clients 8]
         [--duration 20] [--rounds 2] [--sessions shared|own] [--server-args "..."] [--output-json out.json]
+    python benchmark/bench_several_models.py --b-layout one-server --b-server-args "--cpu-threads 1"
 
 Setup A is one server holding both models (a --models-config file); setup B is two single-model
 servers on two ports, each with the same model and options. Every server gets every core (no
@@ -12,6 +13,8 @@ head, built in a temporary folder: no weights can be downloaded here, and the co
 memory are the real model's), or with --second embedder the bundled embedder again under a second
 name. All three servers start once and stay up; the load then runs on A and B in turn, round by
 round in the order A B B A A B ..., so that a noisy minute of the shared machine hits both.
+`--b-layout one-server --b-server-args FLAGS` makes B the same two-model server with FLAGS added:
+one layout, two settings (the second command above: torch threads per model).
 By default the servers stay in this script's session: with Linux's autogroup scheduling
 (/proc/sys/kernel/sched_autogroup_enabled) each session is one CPU share against the machine's other
 work, and servers in sessions of their own hand setup B two shares to A's one on a busy machine
@@ -50,7 +53,11 @@ from http_client import LeanPoster  # noqa: E402
 from rss_sampler import memory_mb  # noqa: E402
 
 SETUPS = ("A", "B")
-SETUP_NAMES = {"A": "one server, two models", "B": "two servers, one model each"}
+
+
+def setup_names(args: argparse.Namespace) -> dict[str, str]:
+    b = "one server, two models" if args.b_layout == "one-server" else "two servers, one model each"
+    return {"A": "one server, two models", "B": f"{b} {args.b_server_args}".strip()}
 
 
 @dataclass(frozen=True)
@@ -107,8 +114,11 @@ def plan_models(second: str, workdir: str) -> list[Model]:
     return [Model("embed", embedder, "embed"), Model("rerank", path, "rerank")]
 
 
-def server_commands(models: list[Model], workdir: str, server_args: str) -> dict[str, list[list[str]]]:
-    """Setup -> the command line of each of its servers ({port} filled in at start)."""
+def server_commands(
+    models: list[Model], workdir: str, server_args: str, b_layout: str = "per-model", b_server_args: str = ""
+) -> dict[str, list[list[str]]]:
+    """Setup -> the command line of each of its servers ({port} filled in at start). B is one server
+    per model unless `b_layout` is "one-server" (then B differs from A by `b_server_args` alone)."""
     head = [sys.executable, "-m", "sglang.launch_server", "--port", "{port}", "--log-level", "warning"]
     extra = shlex.split(server_args)
     if "--allow-auto-truncate" not in extra:
@@ -116,10 +126,12 @@ def server_commands(models: list[Model], workdir: str, server_args: str) -> dict
     config = os.path.join(workdir, "models.json")
     with open(config, "w") as f:
         json.dump([{"model-path": m.path, "served-model-name": m.name} for m in models], f)
-    return {
-        "A": [[*head, "--models-config", config, *extra]],
-        "B": [[*head, "--model-path", m.path, "--served-model-name", m.name, *extra] for m in models],
-    }
+    b_extra = [*extra, *shlex.split(b_server_args)]
+    if b_layout == "one-server":
+        b = [[*head, "--models-config", config, *b_extra]]
+    else:
+        b = [[*head, "--model-path", m.path, "--served-model-name", m.name, *b_extra] for m in models]
+    return {"A": [[*head, "--models-config", config, *extra]], "B": b}
 
 
 def payload(model: Model, texts: list[str], i: int, embed_texts: int, rerank_docs: int) -> tuple[str, dict]:
@@ -292,15 +304,16 @@ def report(setups: dict[str, Setup], models: list[Model], args: argparse.Namespa
         f"load: {args.clients} clients split over {routes}; {args.embed_texts} text(s) per embeddings request, "
         f"{args.rerank_docs} documents per rerank; {args.duration:g} s per round, {args.rounds} round(s) per setup"
     )
-    rows = table(setups, models)
-    print(f"{'model':<10}{'setup':<30}{'texts/s':>9}{'p50 ms':>9}{'p95 ms':>9}{'errors':>8}  rounds")
+    rows, names = table(setups, models), setup_names(args)
+    width = max(len(n) for n in names.values()) + 3
+    print(f"{'model':<10}{'setup':<{width}}{'texts/s':>9}{'p50 ms':>9}{'p95 ms':>9}{'errors':>8}  rounds")
     for r in rows:
         if r["setup"] == "A/B":
-            print(f"{r['model']:<10}{'A/B':<30}{r['texts_per_s']:>9.2f}{r['p50_ms']:>9.2f}{r['p95_ms']:>9.2f}")
+            print(f"{r['model']:<10}{'A/B':<{width}}{r['texts_per_s']:>9.2f}{r['p50_ms']:>9.2f}{r['p95_ms']:>9.2f}")
         else:
-            name = f"{r['setup']} {SETUP_NAMES[r['setup']]}"
+            name = f"{r['setup']} {names[r['setup']]}"
             print(
-                f"{r['model']:<10}{name:<30}{r['texts_per_s']:>9.1f}{r['p50_ms']:>9.1f}{r['p95_ms']:>9.1f}"
+                f"{r['model']:<10}{name:<{width}}{r['texts_per_s']:>9.1f}{r['p50_ms']:>9.1f}{r['p95_ms']:>9.1f}"
                 f"{r['errors']:>8}  {r['rounds']}"
             )
     cpu = {key: cpu_summary(setup) for key, setup in setups.items()}
@@ -352,6 +365,13 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     ap.add_argument("--max-words", type=int, default=None, help="only corpus texts of at most this many words")
     ap.add_argument("--timeout", type=float, default=120.0, help="per-request timeout, seconds")
     ap.add_argument("--server-args", default="", help="extra flags for every server of both setups")
+    ap.add_argument(
+        "--b-layout",
+        default="per-model",
+        choices=["per-model", "one-server"],
+        help="setup B: one server per model, or one server with both (to compare --b-server-args on one layout)",
+    )
+    ap.add_argument("--b-server-args", default="", help="extra flags for setup B's servers only")
     ap.add_argument("--launch-timeout", type=float, default=600.0, help="seconds to wait for each server's /health")
     ap.add_argument(
         "--sessions",
@@ -372,7 +392,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     texts = bench_serving.load_texts(bench_serving.DEFAULT_TEXTS, args.max_words)
     with tempfile.TemporaryDirectory(prefix="bench_several_models_") as workdir:
         models = plan_models(args.second, workdir)
-        commands = server_commands(models, workdir, args.server_args)
+        commands = server_commands(models, workdir, args.server_args, args.b_layout, args.b_server_args)
         setups: dict[str, Setup] = {}
         try:
             for key in SETUPS:
@@ -380,7 +400,7 @@ def main(argv: Optional[list[str]] = None) -> None:
                 setups[key] = Setup(key, servers, {})
                 for server, cmd in zip(servers, commands[key]):
                     bench_http_cpu.start(server, cmd, dict(os.environ), args.launch_timeout, args.sessions == "own")
-                setups[key].urls = {m.name: servers[0 if key == "A" else i].url for i, m in enumerate(models)}
+                setups[key].urls = {m.name: servers[min(i, len(servers) - 1)].url for i, m in enumerate(models)}
             for setup in setups.values():
                 setup.memory_start = setup_memory(setup)
             for setup in setups.values():  # first requests pay one-time costs (oneDNN primitives, pools)

@@ -19,6 +19,7 @@ from bench_several_models import (  # noqa: E402
     role,
     round_order,
     server_commands,
+    setup_names,
     table,
     texts_answered,
 )
@@ -48,6 +49,16 @@ def test_one_server_serves_both_models_from_a_models_file_and_setup_b_one_each(t
     for cmd in [a, *commands["B"]]:  # the same options everywhere: only the model layout differs
         assert cmd.count("--allow-auto-truncate") == 1 and cmd[cmd.index("--cpu-threads") + 1] == "1"
         assert "{port}" in cmd
+
+
+def test_setup_b_may_be_the_same_two_model_server_with_other_flags(tmp_path):
+    commands = server_commands(MODELS, str(tmp_path), "--dtype bfloat16", "one-server", "--cpu-threads 1")
+    (a,), (b,) = commands["A"], commands["B"]
+    assert b[: len(a)] == a and b[len(a) :] == ["--cpu-threads", "1"]
+    assert "--cpu-threads" not in a and a[a.index("--dtype") + 1] == "bfloat16"
+    args = parse_args(["--b-layout", "one-server", "--b-server-args", "--cpu-threads 1"])
+    assert setup_names(args) == {"A": "one server, two models", "B": "one server, two models --cpu-threads 1"}
+    assert setup_names(parse_args([]))["B"] == "two servers, one model each"
 
 
 def test_requests_name_their_model_and_walk_the_corpus():
