@@ -323,3 +323,37 @@ def test_relative_paths_are_found_beside_the_models_file(tmp_path, monkeypatch):
     local, hub = plan_models(ServerArgs(models_config=str(config)))
     assert local.model_path == str(models_dir / "ckpt")
     assert hub.model_path == "BAAI/bge-m3"
+
+
+def test_models_without_cpu_threads_share_the_cores():
+    """Each replica of a model that names no cpu-threads gets cores / replicas (at least one); a
+    model that names it, or a command-line --cpu-threads, keeps its own."""
+    from sglang.srt.configs.served_models import share_cpu_threads
+
+    def models(*dp_sizes: int) -> list[ServerArgs]:
+        return [ServerArgs(dp_size=dp, max_queue_size=64) for dp in dp_sizes]
+
+    two = models(1, 1)
+    share_cpu_threads(two, [False, False], cores=8)
+    assert [m.cpu_threads for m in two] == [4, 4]
+    mixed = models(2, 1)
+    share_cpu_threads(mixed, [False, True], cores=8)
+    assert mixed[0].cpu_threads == 2 and mixed[1].cpu_threads is None  # 3 replicas on 8 cores: 2 each
+    crowded = models(1, 1, 1)
+    share_cpu_threads(crowded, [False] * 3, cores=2)
+    assert [m.cpu_threads for m in crowded] == [1, 1, 1]
+
+
+def test_plan_models_shares_threads_unless_given(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        d.mkdir()
+        (d / "config.json").write_text("{}")
+    shared = plan_models(ServerArgs(model_path=[str(a), str(b)]))
+    assert all(m.cpu_threads is not None and m.cpu_threads >= 1 for m in shared)
+    given = plan_models(ServerArgs(model_path=[str(a), str(b)], cpu_threads=3))
+    assert [m.cpu_threads for m in given] == [3, 3]
+    config = tmp_path / "models.json"
+    config.write_text(json.dumps([{"model-path": str(a), "cpu-threads": 5}, {"model-path": str(b)}]))
+    first, second = plan_models(ServerArgs(models_config=str(config)))
+    assert first.cpu_threads == 5 and second.cpu_threads is not None

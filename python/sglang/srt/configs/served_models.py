@@ -100,7 +100,30 @@ def plan_models(base: ServerArgs) -> list[ServerArgs]:
         return [base]
     models = [model_args(base, entry, where) for where, entry in entries_with_place(base, entries)]
     check_names(models)
+    explicit = [base.cpu_threads is not None or _sets(entry, "cpu_threads") for entry in entries]
+    share_cpu_threads(models, explicit)
     return models
+
+
+def share_cpu_threads(models: list[ServerArgs], explicit: list[bool], cores: Optional[int] = None) -> None:
+    """Give each replica of a model without its own cpu-threads an equal share of the cores.
+
+    One model's replicas take every core between them; several models doing the same run cores x
+    models torch threads, which spin against each other under load (measured on 2 cores, two models
+    under mixed load: 3.1 texts/s with a thread per core each, 24.2 with one thread each;
+    docs/benchmarks.md). A GPU replica uses its threads only for host-side work."""
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    replicas = sum(m.dp_size for m in models)
+    share = max(1, cores // replicas)
+    for m, given in zip(models, explicit):
+        if not given:
+            m.cpu_threads = share
+
+
+def _sets(entry: dict, field_name: str) -> bool:
+    """Whether a models-file entry sets `field_name` (under any spelling)."""
+    return any(KEY_ALIASES.get(str(k).replace("-", "_"), str(k).replace("-", "_")) == field_name for k in entry)
 
 
 def entries_with_place(base: ServerArgs, entries: list[dict]) -> list[tuple[str, dict]]:
