@@ -1,5 +1,5 @@
 """The scheduler's allocator set-up: the plan, the child's environment, what really gets loaded,
-and that the glibc fallback's trims give back what glibc would keep."""
+and that the glibc fallback's trims give back what glibc would keep; the OpenMP spin count it gets."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from sglang.srt.entrypoints.engine_processes import scheduler_environment
 from sglang.srt.errors import ConfigError
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils import allocator
@@ -16,11 +17,14 @@ from sglang.srt.utils.allocator import (
     IDEEP_CACHE_VAR,
     ONEDNN_CACHE_CAPACITY,
     ONEDNN_CACHE_VAR,
+    OPENMP_SPINCOUNT,
+    OPENMP_WAIT_VARS,
     AllocatorPlan,
     SchedulerMemory,
     child_environment,
     find_allocator,
     loaded_allocator,
+    openmp_wait_env,
     plan_allocator,
 )
 
@@ -247,3 +251,30 @@ def test_glibc_gives_memory_back_after_small_batches_once_idle():
     assert memory.releases == 1 and memory.idle_release_s() == allocator.IDLE_RELEASE_S
     memory.release()
     assert memory.releases == 2 and memory.idle_release_s() is None
+
+
+def _openmp_vars(conn) -> None:
+    conn.send({var: os.environ.get(var) for var in OPENMP_WAIT_VARS})
+
+
+def test_scheduler_gets_openmp_spin_count_unless_the_operator_set_a_wait_policy(monkeypatch):
+    for var in OPENMP_WAIT_VARS:
+        monkeypatch.delenv(var, raising=False)
+    plan = plan_allocator("glibc", {})
+    env = scheduler_environment(plan)
+    assert env["GOMP_SPINCOUNT"] == str(OPENMP_SPINCOUNT) and env[ONEDNN_CACHE_VAR] == str(ONEDNN_CACHE_CAPACITY)
+    assert _in_child(_openmp_vars, env=env) == {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": str(OPENMP_SPINCOUNT)}
+    assert "GOMP_SPINCOUNT" not in os.environ  # only the child got it
+    assert scheduler_environment(plan_allocator("off", {})) == {"GOMP_SPINCOUNT": str(OPENMP_SPINCOUNT)}
+
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # the operator's policy: no spin count of ours
+    env = scheduler_environment(plan)
+    assert "GOMP_SPINCOUNT" not in env
+    assert _in_child(_openmp_vars, env=env) == {"OMP_WAIT_POLICY": "ACTIVE", "GOMP_SPINCOUNT": None}
+
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    monkeypatch.setenv("GOMP_SPINCOUNT", "0")  # the operator's spin count wins
+    assert _in_child(_openmp_vars, env=scheduler_environment(plan)) == {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": "0"}
+    assert openmp_wait_env({"OMP_WAIT_POLICY": "PASSIVE"}) == {} and openmp_wait_env({}) == {
+        "GOMP_SPINCOUNT": str(OPENMP_SPINCOUNT)
+    }

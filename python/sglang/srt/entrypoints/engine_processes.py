@@ -23,7 +23,7 @@ from sglang.srt.model_executor.replica_slots import plan_slots
 from sglang.srt.renderer.detokenizer_manager import run_detokenizer_process
 from sglang.srt.scheduler.scheduler_process import replica_name, run_scheduler_process
 from sglang.srt.server_args import ServerArgs
-from sglang.srt.utils.allocator import child_environment, plan_allocator
+from sglang.srt.utils.allocator import AllocatorPlan, child_environment, openmp_wait_env, plan_allocator
 from sglang.srt.utils.heartbeat import HeartbeatReader, heartbeat_interval
 from sglang.srt.utils.network import PortArgs
 from sglang.srt.utils.process import mark_stopping, terminate_processes
@@ -58,10 +58,12 @@ class EngineProcesses:
         """Start the processes without waiting for them (a server with several models loads them
         side by side, then waits: entrypoints/server_processes.py)."""
         ctx = mp.get_context("spawn")
-        # The scheduler's allocator is preloaded through its environment (utils/allocator.py).
         plan = plan_allocator(self.server_args.cpu_allocator)
         slots = plan_slots(self.server_args.dp_size)
-        targets = [(f"sglang-{replica_name(slot)}", run_scheduler_process, (slot, plan), plan.env) for slot in slots]
+        scheduler_env = scheduler_environment(plan)  # the allocator's preload, OpenMP's spin count
+        targets = [
+            (f"sglang-{replica_name(slot)}", run_scheduler_process, (slot, plan), scheduler_env) for slot in slots
+        ]
         targets.append(("sglang-detokenizer", run_detokenizer_process, (), {}))
         try:
             for name, target, extra, env in targets:
@@ -174,6 +176,13 @@ class EngineProcesses:
             reader.close()
         self._readers.clear()
         self.port_args.cleanup()
+
+
+def scheduler_environment(plan: AllocatorPlan) -> dict[str, str]:
+    """What a scheduler replica's environment gets on top of ours: the allocator's preload and
+    caps (utils/allocator.py), and OpenMP's spin count unless the operator set a wait policy.
+    libgomp reads these once, when the child loads torch, so they must be there at spawn."""
+    return {**plan.env, **openmp_wait_env()}
 
 
 def wait_ready(name: str, reader, proc: mp.Process, timeout: float) -> dict:
