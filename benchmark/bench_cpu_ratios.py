@@ -1,0 +1,214 @@
+"""Issue #32's served ratios in one run, per OpenMP wait policy: served / Engine.encode, and served
+/ sentence-transformers, with the scheduler's CPU time per text.
+
+    python benchmark/bench_cpu_ratios.py [--dtypes float32,int8] [--policies libgomp,spin10k,passive]
+        [--rounds 2] [--output-json out.json]
+
+For each round, dtype and OpenMP wait policy (alternated, so machine drift hits all of them):
+1. served: one server (`python -m sglang.launch_server`, bench_cpu_targets' flags) under 64 concurrent
+   clients sending one corpus text each, then one client sending short texts (p50); the scheduler's
+   CPU-seconds (all its threads, /proc schedstat) per text over each level;
+2. in-process: `sglang.Engine(...).encode` with the same server arguments and environment, the
+   corpus in calls of 64 texts (the batch shape 64 clients give the scheduler), texts/s and the
+   scheduler's CPU-seconds per text;
+3. the peer, sentence-transformers' offline float32 `encode(batch_size=32)`, once before and once
+   after every round (its median over the run is the ratio's denominator).
+
+The wait policy reaches the scheduler through the environment it inherits from the launching
+process (entrypoints/engine_processes.py). `libgomp` sets GOMP_SPINCOUNT to libgomp's own default
+(300,000 spins), so a launcher default cannot replace it. Run it once natively and once with
+`ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 SGLANG_KERNEL_ISA=x86-64-v3 MKL_ENABLE_INSTRUCTIONS=AVX2`
+for emulated AVX2 (without the last one the peer's matmuls still run AVX-512).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shlex
+import statistics
+import sys
+import time
+from typing import Any, Iterator
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_cpu_targets  # noqa: E402
+import bench_serving  # noqa: E402
+from bench_http_cpu import cpu_seconds, process_tree  # noqa: E402
+
+OMP_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+POLICIES = {
+    "libgomp": {"GOMP_SPINCOUNT": "300000"},  # libgomp's default spin count, stated explicitly
+    "spin10k": {"GOMP_SPINCOUNT": "10000"},
+    "spin50k": {"GOMP_SPINCOUNT": "50000"},
+    "passive": {"OMP_WAIT_POLICY": "PASSIVE"},
+    "unset": {},  # whatever the launcher does when the user sets neither variable
+}
+DTYPES = {"float32": "", "int8": "--quantization int8"}
+ENGINE_BATCH = 64
+# What emulates an older CPU: torch's kernels, oneDNN's, ours, and MKL's (torch's float32 matmul in
+# sentence-transformers, the peer, is MKL's sgemm, which ONEDNN_MAX_CPU_ISA does not reach).
+ISA_VARS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "SGLANG_KERNEL_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
+@contextlib.contextmanager
+def omp_env(policy: dict[str, str]) -> Iterator[None]:
+    """The launching process's environment holds exactly `policy` of the OpenMP variables."""
+    saved = {k: os.environ.pop(k, None) for k in OMP_VARS}
+    os.environ.update(policy)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None)
+            if v is not None:
+                os.environ[k] = v
+
+
+def schedulers() -> list[int]:
+    """The pids of this process's descendant scheduler processes (server's or Engine's)."""
+    return [pid for pid, name in process_tree(os.getpid()).items() if name.startswith("sglang-sch")]
+
+
+def scheduler_cpu() -> float:
+    return sum(cpu_seconds(pid) for pid in schedulers())
+
+
+def served(server_args: str, requests: int) -> dict[str, Any]:
+    """One server: c=64 corpus texts, then c=1 short texts; texts/s, p50 and scheduler CPU per text."""
+    launch = argparse.Namespace(server_args=server_args, no_auto_truncate=False, launch_timeout=600.0)
+    out = {}
+    with bench_serving.launched_server(launch) as url:
+        for label, conc, n, words in (("c=64", 64, requests, None), ("c=1 short", 1, requests // 2, 12)):
+            before = scheduler_cpu()
+            level = bench_cpu_targets.load_level(url, conc, n, "base64", words, "lean")
+            level["scheduler_cpu_ms_per_text"] = 1000 * (scheduler_cpu() - before) / (n + 32)  # + its warm-up
+            out[label] = level
+    return out
+
+
+def engine_encode(server_args: str, texts: list[str], seconds: float) -> dict[str, float]:
+    """In-process Engine.encode on the corpus in calls of ENGINE_BATCH texts, same server arguments."""
+    import sglang
+
+    argv = shlex.split(server_args)
+    kwargs: dict[str, Any] = {"allow_auto_truncate": True, "log_level": "warning"}
+    if "--quantization" in argv:
+        kwargs["quantization"] = argv[argv.index("--quantization") + 1]
+    engine = sglang.Engine(**kwargs)
+    try:
+        engine.encode(texts[:ENGINE_BATCH])
+        done, before, start = 0, scheduler_cpu(), time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            for i in range(0, len(texts), ENGINE_BATCH):
+                engine.encode(texts[i : i + ENGINE_BATCH])
+            done += len(texts)
+        elapsed = time.perf_counter() - start
+        return {"texts_per_s": done / elapsed, "scheduler_cpu_ms_per_text": 1000 * (scheduler_cpu() - before) / done}
+    finally:
+        engine.shutdown()
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dtypes", default="float32,int8", help="comma-separated from: " + ", ".join(DTYPES))
+    ap.add_argument("--policies", default="libgomp,spin10k,passive", help="from: " + ", ".join(POLICIES))
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--requests", type=int, default=600, help="requests at 64 clients (half at 1 client)")
+    ap.add_argument("--engine-seconds", type=float, default=10.0)
+    ap.add_argument("--peer-seconds", type=float, default=10.0)
+    ap.add_argument("--output-json", default=None)
+    args = ap.parse_args()
+
+    texts = bench_serving.load_texts(bench_serving.DEFAULT_TEXTS, None)
+    isa = {k: os.environ[k] for k in ISA_VARS if k in os.environ}
+    print(f"CPU flags: {' '.join(bench_serving.cpu_flags())}; ISA overrides: {isa or 'none'}")
+    peer, runs = [], []
+    with omp_env({}):
+        peer.append(bench_cpu_targets.peer_texts_per_s(texts, args.peer_seconds))
+    for rnd in range(args.rounds):
+        for dtype in args.dtypes.split(","):
+            for policy in args.policies.split(","):
+                row: dict[str, Any] = {
+                    "round": rnd + 1,
+                    "dtype": dtype,
+                    "policy": policy,
+                    "load_before": load_average(),
+                }
+                with omp_env(POLICIES[policy]):
+                    row["served"] = served(DTYPES[dtype], args.requests)
+                    row["engine"] = engine_encode(DTYPES[dtype], texts, args.engine_seconds)
+                row["load_after"] = load_average()
+                s, e = row["served"]["c=64"], row["engine"]
+                print(
+                    f"round {rnd + 1} {dtype} {policy}: served {s['texts_per_s']:.1f} texts/s "
+                    f"(sched {s['scheduler_cpu_ms_per_text']:.2f} CPU-ms/text), Engine.encode {e['texts_per_s']:.1f} "
+                    f"({e['scheduler_cpu_ms_per_text']:.2f}), c=1 p50 {row['served']['c=1 short']['p50_ms']:.2f} ms, "
+                    f"load {row['load_before']} -> {row['load_after']}",
+                    flush=True,
+                )
+                runs.append(row)
+        with omp_env({}):
+            peer.append(bench_cpu_targets.peer_texts_per_s(texts, args.peer_seconds))
+    st = statistics.median(peer)
+    print(f"\nsentence-transformers float32 batch 32: {st:.1f} texts/s (runs {', '.join(f'{p:.1f}' for p in peer)})")
+    head = f"{'dtype':<8} {'policy':<8} {'served':>7} {'Engine':>7} {'srv/Eng':>7} {'x ST':>5}"
+    print(head + f" {'c=1 p50':>8} {'sched ms/text c64':>17} {'c1':>6} {'Engine':>6}")
+    summary = []
+    for dtype in args.dtypes.split(","):
+        for policy in args.policies.split(","):
+            rows = [r for r in runs if r["dtype"] == dtype and r["policy"] == policy]
+
+            def med(path: tuple[str, ...], rows: list[dict] = rows) -> float:
+                vals = []
+                for r in rows:
+                    v: Any = r
+                    for k in path:
+                        v = v[k]
+                    vals.append(v)
+                return statistics.median(vals)
+
+            srv, eng = med(("served", "c=64", "texts_per_s")), med(("engine", "texts_per_s"))
+            item = {
+                "dtype": dtype,
+                "policy": policy,
+                "served_texts_per_s": srv,
+                "engine_texts_per_s": eng,
+                "served_over_engine": srv / eng,
+                "served_over_st": srv / st,
+                "c1_p50_ms": med(("served", "c=1 short", "p50_ms")),
+                "c64_p50_ms": med(("served", "c=64", "p50_ms")),
+                "sched_cpu_ms_c64": med(("served", "c=64", "scheduler_cpu_ms_per_text")),
+                "sched_cpu_ms_c1": med(("served", "c=1 short", "scheduler_cpu_ms_per_text")),
+                "sched_cpu_ms_engine": med(("engine", "scheduler_cpu_ms_per_text")),
+            }
+            summary.append(item)
+            print(
+                f"{dtype:<8} {policy:<8} {srv:>7.1f} {eng:>7.1f} {srv / eng:>7.2f} {srv / st:>5.2f} "
+                f"{item['c1_p50_ms']:>8.2f} {item['sched_cpu_ms_c64']:>17.2f} {item['sched_cpu_ms_c1']:>6.2f} "
+                f"{item['sched_cpu_ms_engine']:>6.2f}"
+            )
+    if args.output_json:
+        with open(args.output_json, "w") as f:
+            json.dump(
+                {
+                    "machine": bench_serving.machine_info(),
+                    "isa_overrides": isa,
+                    "st_texts_per_s": peer,
+                    "summary": summary,
+                    "runs": runs,
+                    "command": " ".join(sys.argv),
+                },
+                f,
+                indent=1,
+            )
+
+
+if __name__ == "__main__":
+    main()
