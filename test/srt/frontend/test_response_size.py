@@ -16,7 +16,7 @@ from sglang.srt.frontend.response_size import (
     value_bytes,
 )
 from sglang.srt.frontend.tokenizer_manager import TokenizerManager
-from sglang.srt.renderer.vector_render import render_token_rows
+from sglang.srt.renderer.vector_render import render_vectors
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.wire.io_struct import FORMAT_BASE64, FORMAT_FLOAT, FORMAT_RAW, EmbeddingReqInput
 from sglang.srt.wire.output_spec import Format, OutputSpec, Task
@@ -45,13 +45,13 @@ def test_json_estimate_is_not_below_what_the_detokenizer_renders():
     rng = np.random.default_rng(0)
     for scale in (0.05, 1.0, 30.0):
         rows = (rng.standard_normal((254, 384)) * scale).astype(np.float32)
-        rendered = len(render_token_rows(rows, OutputSpec(Task.TOKENS, Format.FLOAT)))
+        rendered = len(render_vectors(rows, OutputSpec(Task.TOKENS, Format.FLOAT)))
         assert rendered <= per_token_bytes([254], 384, value_bytes(FORMAT_FLOAT)), scale
 
 
 def test_base64_estimate_matches_the_rendering():
     rows = np.ones((100, 384), dtype=np.float32)
-    rendered = len(render_token_rows(rows, OutputSpec(Task.TOKENS, Format.BASE64)))
+    rendered = len(render_vectors(rows, OutputSpec(Task.TOKENS, Format.BASE64)))
     estimate = per_token_bytes([100], 384, value_bytes(FORMAT_BASE64))
     assert rendered <= estimate < rendered * 1.05
 

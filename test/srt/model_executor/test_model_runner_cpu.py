@@ -64,7 +64,7 @@ def test_per_request_normalize_in_one_batch(corpus_ids):
     """The runner hands over raw pooled rows whatever the inputs' specs say; the renderer normalizes
     the rows whose spec asks (the checkpoint's default for all-MiniLM-L6-v2) and leaves the
     `normalize: false` one raw, in the same batch."""
-    from sglang.srt.renderer.vector_render import render_vector
+    from sglang.srt.renderer.vector_render import render_vectors
     from sglang.srt.wire.io_struct import TokenizedEmbeddingReqInput
     from sglang.srt.wire.output_spec import Format, OutputSpec
 
@@ -74,7 +74,7 @@ def test_per_request_normalize_in_one_batch(corpus_ids):
     reqs = [TokenizedEmbeddingReqInput(f"r{i}", 0, x, output=s) for i, (x, s) in enumerate(zip(ids, specs))]
     out = runner.run_requests(reqs).embeddings
     np.testing.assert_array_equal(out, runner.run_requests([reqs[1], reqs[0], reqs[2]]).embeddings[[1, 0, 2]])
-    rendered = np.stack([render_vector(row, s) for row, s in zip(out, specs)])
+    rendered = np.stack([render_vectors(row, s) for row, s in zip(out, specs)])
     default = runner.embed(ids)  # SentenceTransformer.encode's vectors: normalized
     np.testing.assert_allclose(rendered[[0, 2]], default[[0, 2]], atol=1e-6)
     np.testing.assert_array_equal(rendered[1], out[1])

@@ -216,7 +216,7 @@ def test_image_processor_that_does_not_fit_the_tower_fails_at_start(built):
 def test_request_normalize_false_returns_the_raw_projection(built, image_dir):
     """Text and image inputs alike leave the runner as raw projections; the renderer normalizes
     them per input as each spec says (`normalize: false` keeps one raw, its neighbours not)."""
-    from sglang.srt.renderer.vector_render import render_vector
+    from sglang.srt.renderer.vector_render import render_vectors
     from sglang.srt.wire.output_spec import Format, OutputSpec
 
     model_dir, _, runner, _ = built("clip")
@@ -227,7 +227,7 @@ def test_request_normalize_false_returns_the_raw_projection(built, image_dir):
     norms = np.linalg.norm(raw, axis=1)
     assert abs(norms[0] - 1) > 1e-3 and abs(norms[1] - 1) > 1e-3
     specs = [OutputSpec(format=Format.ARRAY, normalize=f) for f in (False, True, True, False)]
-    rendered = [render_vector(row, spec) for row, spec in zip(np.concatenate([raw, raw]), specs)]
+    rendered = [render_vectors(row, spec) for row, spec in zip(np.concatenate([raw, raw]), specs)]
     np.testing.assert_array_equal(rendered[0], raw[0])
     np.testing.assert_allclose(rendered[1], normalized[1], atol=1e-6)
     np.testing.assert_allclose(rendered[2], normalized[0], atol=1e-6)

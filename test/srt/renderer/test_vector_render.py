@@ -10,7 +10,7 @@ import numpy as np
 import orjson
 import torch
 
-from sglang.srt.renderer.vector_render import render_token_rows
+from sglang.srt.renderer.vector_render import render_vectors
 from sglang.srt.wire.output_spec import Format, OutputSpec, Task
 
 
@@ -24,20 +24,20 @@ def _spec(fmt=Format.FLOAT, **kw) -> OutputSpec:
 
 def test_dimensions_then_normalize_per_token_as_torch_does():
     rows = _rows()
-    got = render_token_rows(rows, _spec(Format.ARRAY, dimensions=4, normalize=True))
+    got = render_vectors(rows, _spec(Format.ARRAY, dimensions=4, normalize=True))
     ref = torch.nn.functional.normalize(torch.from_numpy(rows)[:, :4], p=2, dim=-1).numpy()
     np.testing.assert_allclose(got, ref, atol=1e-6)
-    np.testing.assert_array_equal(render_token_rows(rows, _spec(Format.ARRAY)), rows)
-    zero = render_token_rows(np.zeros((2, 4), np.float32), _spec(Format.ARRAY, normalize=True))
+    np.testing.assert_array_equal(render_vectors(rows, _spec(Format.ARRAY)), rows)
+    zero = render_vectors(np.zeros((2, 4), np.float32), _spec(Format.ARRAY, normalize=True))
     assert not np.isnan(zero).any() and not zero.any()  # zero rows stay zero
 
 
 def test_float_nested_and_base64_flat_in_dtype_and_order():
     rows = _rows()
-    np.testing.assert_allclose(orjson.loads(render_token_rows(rows, _spec())), rows, atol=1e-7)
-    b64 = orjson.loads(render_token_rows(rows, _spec(Format.BASE64)))
+    np.testing.assert_allclose(orjson.loads(render_vectors(rows, _spec())), rows, atol=1e-7)
+    b64 = orjson.loads(render_vectors(rows, _spec(Format.BASE64)))
     np.testing.assert_array_equal(np.frombuffer(base64.b64decode(b64), "<f4").reshape(3, 8), rows)
-    big16 = orjson.loads(render_token_rows(rows, _spec(Format.BASE64, dtype="float16", endianness="big")))
+    big16 = orjson.loads(render_vectors(rows, _spec(Format.BASE64, dtype="float16", endianness="big")))
     np.testing.assert_array_equal(np.frombuffer(base64.b64decode(big16), ">f2").reshape(3, 8), rows.astype(np.float16))
-    assert render_token_rows(rows, _spec(Format.BYTES)) == rows.astype("<f4").tobytes()
-    assert render_token_rows(np.zeros((0, 8), np.float32), _spec()) == b"[]"
+    assert render_vectors(rows, _spec(Format.BYTES)) == rows.astype("<f4").tobytes()
+    assert render_vectors(np.zeros((0, 8), np.float32), _spec()) == b"[]"

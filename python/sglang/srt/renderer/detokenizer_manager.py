@@ -18,7 +18,7 @@ import zmq
 from sglang.srt.errors import ErrorKind
 from sglang.srt.renderer.sparse_render import TokenTextFn, TokenTexts, render_sparse
 from sglang.srt.renderer.token_render import render_token_ids, token_row
-from sglang.srt.renderer.vector_render import render_rows, render_token_rows, shape_pooled
+from sglang.srt.renderer.vector_render import render_rows, render_vectors, shape_pooled
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.heartbeat import Heartbeat, heartbeat_interval, stage_name
 from sglang.srt.utils.logging_utils import configure_logging
@@ -64,7 +64,7 @@ def render_output(
         spec = out.outputs[i]
         if per_token:
             vectors, ids = token_row(out, i)
-            payload = render_token_rows(vectors, spec)
+            payload = render_vectors(vectors, spec)
             res.token_ids[-1] = render_token_ids(ids)
         elif code == 0 and spec.task is Task.SPARSE:
             lo, hi = int(out.sparse_offsets[i]), int(out.sparse_offsets[i + 1])

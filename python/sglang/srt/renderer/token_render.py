@@ -1,6 +1,6 @@
 """One input's per-token rows (ColBERT vectors or hidden states) out of a batch, in the detokenizer.
 
-Their vectors are rendered by vector_render.render_token_rows (float: `[[0.1, ...], [...]]`, one
+Their vectors are rendered by vector_render.render_vectors (float: `[[0.1, ...], [...]]`, one
 array per token; base64: the row-major [n, dim] matrix, which the client reshapes with the model's
 `multi_vector_dim` or the count of `token_ids`); the token ids each vector belongs to become a
 JSON array beside the payload.

@@ -75,11 +75,7 @@ def shape_pooled(embeddings: np.ndarray, specs: Sequence[OutputSpec], rows: Sequ
     return shaped
 
 
-def render_vector(vec: np.ndarray, spec: OutputSpec) -> Payload:
-    """One pooled vector (or a row of scores) cut, normalized and rendered as `spec` says."""
-    return render_rows(shape_rows(vec, spec.dimensions, spec.normalize), spec)
-
-
-def render_token_rows(rows: np.ndarray, spec: OutputSpec) -> Payload:
-    """One input's per-token rows [tokens, dim], each cut and normalized as `spec` says."""
+def render_vectors(rows: np.ndarray, spec: OutputSpec) -> Payload:
+    """One pooled vector [dim] (or a row of scores), or one input's per-token rows [tokens, dim],
+    each cut, normalized and rendered as `spec` says."""
     return render_rows(shape_rows(rows, spec.dimensions, spec.normalize), spec)
