@@ -288,7 +288,7 @@ def create_app(
     async def embeddings(request: EmbeddingRequest, raw: Request):
         fields = {"inputs": count_inputs(request.input)}
         if server_args.log_request_text:
-            fields["input"] = loggable_input(request.input)
+            fields["input"] = loggable_input(request.input, request.messages)
         return await serve_task(raw, lambda rid: app.state.embedding.handle(request, rid), fields)
 
     # ----- classifiers, cross-encoders and sparse heads (docs/rerank_and_classify.md, docs/sparse.md) -----
@@ -347,10 +347,14 @@ def count_inputs(inp) -> int:
     return len(inp)
 
 
-def loggable_input(inp, max_items: int = 64, max_chars: int = 2000):
-    """The request's input for --log-request-text, capped so one request cannot flood the log."""
-    if inp is None:  # vLLM's `messages` instead of `input`
-        return None
+def loggable_input(inp, messages=None, max_items: int = 64, max_chars: int = 2000):
+    """The request's input for --log-request-text, capped so one request cannot flood the log;
+    vLLM's chat form (`messages` instead of `input`) as each message's role, text and image count."""
+    if inp is None:
+        return [
+            {"role": m.role, "text": " ".join(m.texts())[:max_chars], "images": len(m.images())}
+            for m in (messages or [])[:max_items]
+        ]
     if isinstance(inp, str):
         return inp[:max_chars]
     out = []
