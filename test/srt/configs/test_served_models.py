@@ -5,6 +5,7 @@ loaded: the model directories only hold a config.json, so the paths exist."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,8 @@ def _paths_and_names(models: list[ServerArgs]) -> list[tuple]:
 
 def test_repeated_model_paths_three_ways(dirs):
     a, b = dirs[0], dirs[1]
-    want = [(a, a, a, []), (b, b, b, [])]  # names (and tokenizers) default to the path, as with one model
+    # Names default to the path's last folder (the path as given is an alias); tokenizers to the path.
+    want = [(a, os.path.basename(a), a, []), (b, os.path.basename(b), b, [])]
     by_list = ServerArgs(model_path=[a, b], dtype="float32", max_batch_size=7)
     by_flags = parse_serve_args(
         ["--model-path", a, "--model-path", b, "--dtype", "float32", "--max-batch-size", "7"], {}
@@ -68,6 +70,7 @@ def test_repeated_model_paths_three_ways(dirs):
         assert (base.model_path, base.more_model_paths) == (a, [b])
         models = plan_models(base)
         assert _paths_and_names(models) == want
+        assert [m.served_model_aliases for m in models] == [[a], [b]]
         assert [m.dtype for m in models] == ["float32", "float32"]  # the command line's flags are everyone's
     assert [m.max_batch_size for m in plan_models(by_flags)] == [7, 7]
 
@@ -118,7 +121,8 @@ models:
     assert (first.pooling_override, first.normalize_override) == ("cls", False)
     assert first.model_override_args == {"max_position_embeddings": 128}
     assert first.tokenizer_path == a and first.models_config is None
-    assert (second.model_path, second.served_model_name, second.tokenizer_path) == (b, b, b)
+    assert (second.model_path, second.served_model_name, second.tokenizer_path) == (b, os.path.basename(b), b)
+    assert second.served_model_aliases == [b]
     assert (second.dtype, second.is_embedding, second.max_batch_size) == ("bfloat16", False, 9)
     assert (second.dp_size, second.max_queue_size, second.pooling_override) == (1, ServerArgs().max_queue_size, None)
     assert second.model_override_args == {}
@@ -357,3 +361,21 @@ def test_plan_models_shares_threads_unless_given(tmp_path):
     config.write_text(json.dumps([{"model-path": str(a), "cpu-threads": 5}, {"model-path": str(b)}]))
     first, second = plan_models(ServerArgs(models_config=str(config)))
     assert first.cpu_threads == 5 and second.cpu_threads is not None
+
+
+def test_default_names_are_last_folders_unless_two_share_one(tmp_path):
+    """A hub id's or a directory's last folder names the model; two models whose paths end in the
+    same folder keep their paths as names (a name must route to one model)."""
+    same = []
+    for parent in ("x", "y"):
+        d = tmp_path / parent / "model"
+        d.mkdir(parents=True)
+        (d / "config.json").write_text("{}")
+        same.append(str(d) + "/")
+    first, second = plan_models(ServerArgs(model_path=same))
+    assert (first.served_model_name, second.served_model_name) == (same[0].rstrip("/"), same[1].rstrip("/"))
+    other = tmp_path / "reranker"
+    other.mkdir()
+    (other / "config.json").write_text("{}")
+    named = plan_models(ServerArgs(model_path=[same[0], str(other)]))
+    assert [m.served_model_names for m in named] == [["model", same[0].rstrip("/")], ["reranker", str(other)]]

@@ -358,40 +358,43 @@ def test_one_dead_model_fails_only_its_requests_on_both_workers_until_it_serves_
 
 
 def test_repeated_model_path_outlives_the_first_models_death_until_it_serves_again(tmp_path, ce_dir):
-    """Names default to the paths as given. The first model (the embedder) dies: its requests get
-    503 while the cross-encoder still ranks and the routes any model answers (/metrics, /v1/models)
-    move to it; its engine does not start again while its model is away, and does once it is back,
-    answering as before."""
+    """Names default to the paths' last folders (the paths as given answer too). The first model
+    (the embedder) dies: its requests get 503 while the cross-encoder still ranks and the routes
+    any model answers (/metrics, /v1/models) move to it; its engine does not start again while its
+    model is away, and does once it is back, answering as before."""
     minilm = tmp_path / "minilm"  # a link to the bundled model, so that its restart can be held back
     minilm.symlink_to(default_model_path())
     minilm = str(minilm)
     with ServerProcess("--model-path", minilm, "--model-path", ce_dir, *ARGS) as s:
+        ce_name = os.path.basename(ce_dir.rstrip("/"))
         ids = [c["id"] for c in _ok(requests.get(s.base_url + "/v1/models", timeout=10))["data"]]
-        assert ids == [minilm, ce_dir]
-        body = _ok(_post(s, "/v1/rerank", {"query": QUERY, "documents": DOCS, "model": ce_dir}))
-        assert body["model"] == ce_dir
+        assert ids == ["minilm", minilm, ce_name, ce_dir]  # each name, then its aliases (as with one model)
+        for named in (ce_dir, ce_name):  # the path as given is an alias of the folder's name
+            body = _ok(_post(s, "/v1/rerank", {"query": QUERY, "documents": DOCS, "model": named}))
+            assert body["model"] == ce_name
         before = _ok(_post(s, "/v1/embeddings", {"input": TEXTS}))
-        assert before["model"] == minilm
-        _not_found(_post(s, "/v1/embeddings", {"input": "hi", "model": "minilm"}), "minilm", [minilm, ce_dir])
+        assert before["model"] == "minilm"
+        assert _ok(_post(s, "/v1/embeddings", {"input": TEXTS, "model": minilm}))["model"] == "minilm"
+        _not_found(_post(s, "/v1/embeddings", {"input": "hi", "model": "nope"}), "nope", ["minilm", ce_name])
 
         target = _unlinked(minilm)
-        os.kill(_scheduler_pid(s, minilm), signal.SIGKILL)
+        os.kill(_scheduler_pid(s, "minilm"), signal.SIGKILL)
         degraded = lambda: requests.get(s.base_url + "/health", timeout=5).json()["status"] == "degraded"  # noqa: E731
         assert wait_until(degraded, 10, interval=0.1), s.log()
-        _unavailable(_post(s, "/v1/embeddings", {"input": "hi"}), minilm)
-        _unavailable(_post(s, "/v1/embeddings", {"input": "hi", "model": minilm}), minilm)
+        _unavailable(_post(s, "/v1/embeddings", {"input": "hi"}), "minilm")
+        _unavailable(_post(s, "/v1/embeddings", {"input": "hi", "model": minilm}), "minilm")
         ranked = _ok(_post(s, "/v1/rerank", {"query": QUERY, "documents": DOCS}))
-        assert ranked["model"] == ce_dir and len(ranked["results"]) == len(DOCS)
+        assert ranked["model"] == ce_name and len(ranked["results"]) == len(DOCS)
         metrics = requests.get(s.base_url + "/metrics", timeout=10)
         assert metrics.status_code == 200 and 'model="' in metrics.text
         ids = [c["id"] for c in _ok(requests.get(s.base_url + "/v1/models", timeout=10))["data"]]
-        assert ids == [ce_dir]
-        _not_found(requests.get(s.base_url + "/v1/models/nope", timeout=10), "nope", [minilm, ce_dir])
+        assert ids == [ce_name, ce_dir]
+        _not_found(requests.get(s.base_url + "/v1/models/nope", timeout=10), "nope", ["minilm", ce_name])
 
         # A restart attempt without its model fails and the model stays dead; the next one, with it, serves.
-        failed = lambda: f"model {minilm}: restart failed" in open(s.log_path).read()  # noqa: E731
+        failed = lambda: "model minilm: restart failed" in open(s.log_path).read()  # noqa: E731
         assert wait_until(failed, 30, interval=0.2), s.log()
-        _unavailable(_post(s, "/v1/embeddings", {"input": "hi"}), minilm)
+        _unavailable(_post(s, "/v1/embeddings", {"input": "hi"}), "minilm")
         os.symlink(target, minilm)
         serving = lambda: _post(s, "/v1/embeddings", {"input": TEXTS}).status_code == 200  # noqa: E731
         assert wait_until(serving, 45, interval=0.5), s.log()

@@ -99,10 +99,23 @@ def plan_models(base: ServerArgs) -> list[ServerArgs]:
     else:
         return [base]
     models = [model_args(base, entry, where) for where, entry in entries_with_place(base, entries)]
+    name_by_folder(models, [not _sets(entry, "served_model_name") for entry in entries])
     check_names(models)
     explicit = [base.cpu_threads is not None or _sets(entry, "cpu_threads") for entry in entries]
     share_cpu_threads(models, explicit)
     return models
+
+
+def name_by_folder(models: list[ServerArgs], unnamed: list[bool]) -> None:
+    """A model given no served-model-name is named by its path's last folder (BAAI/bge-m3 ->
+    bge-m3, /models/reranker/ -> reranker), with the path as given kept as an alias; where two
+    models share a last folder, both keep their paths as names (one model keeps its path, as ever)."""
+    folders = [os.path.basename(m.model_path.rstrip("/")) for m in models]
+    for m, folder, named_by_path in zip(models, folders, unnamed):
+        if not named_by_path or not folder or folders.count(folder) > 1 or folder == m.served_model_name:
+            continue
+        m.served_model_aliases = [m.served_model_name, *(a for a in m.served_model_aliases if a != folder)]
+        m.served_model_name = folder
 
 
 def share_cpu_threads(models: list[ServerArgs], explicit: list[bool], cores: Optional[int] = None) -> None:
