@@ -142,7 +142,8 @@ def test_zz_sigterm_drains_every_replica_then_exits_0(dp_server):
     ipc_dir = s.ipc_dir()
 
     def one(i: int):
-        r = requests.post(s.base_url + "/v1/embeddings", json={"input": [f"{i} {LONG}"] * 4}, timeout=60)
+        # 16 long inputs each: enough work that the first requests are still running when the last arrive
+        r = requests.post(s.base_url + "/v1/embeddings", json={"input": [f"{i} {LONG}"] * 16}, timeout=60)
         return r, time.monotonic()
 
     with cf.ThreadPoolExecutor(6) as pool:
@@ -153,7 +154,7 @@ def test_zz_sigterm_drains_every_replica_then_exits_0(dp_server):
         done = [f.result(timeout=60) for f in futures]
     for r, _ in done:
         assert r.status_code == 200, r.text
-        assert len(r.json()["data"]) == 4
+        assert len(r.json()["data"]) == 16
     assert max(t for _, t in done) > sig_time + 0.1, "nothing was in flight at SIGTERM"
     assert s.proc.wait(30) == 0
     assert wait_until(lambda: not running(children), 5.0), f"left running: {running(children)}"
