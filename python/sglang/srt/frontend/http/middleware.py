@@ -112,7 +112,8 @@ async def send_error(
     await send({"type": "http.response.body", "body": body})
 
 
-def _header(scope: Scope, name: bytes) -> Optional[str]:
+def header(scope: Scope, name: bytes) -> Optional[str]:
+    """A request header's value (`name` lower-case, as ASGI gives header names), or None."""
     for k, v in scope.get("headers", ()):
         if k.lower() == name:
             return v.decode("latin-1")
@@ -121,7 +122,7 @@ def _header(scope: Scope, name: bytes) -> Optional[str]:
 
 def request_id_for(scope: Scope) -> str:
     """The id a response echoes as x-request-id: the client's when sane, else a new uuid4 hex."""
-    given = _header(scope, b"x-request-id")
+    given = header(scope, b"x-request-id")
     return given if given is not None and _REQUEST_ID_RE.match(given) else uuid.uuid4().hex
 
 
@@ -244,9 +245,9 @@ class HostGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope.get("path") not in HOST_OPEN_PATHS:
-            header = _header(scope, b"host")
-            if header is not None and not host_allowed(host_name(header), self.allowed):
-                shown = header[:100].encode("ascii", "backslashreplace").decode("ascii")
+            host = header(scope, b"host")
+            if host is not None and not host_allowed(host_name(host), self.allowed):
+                shown = host[:100].encode("ascii", "backslashreplace").decode("ascii")
                 return await send_error(
                     scope,
                     send,
@@ -263,7 +264,7 @@ class HostGuard:
 
 def bearer_key_matches(scope: Scope, key: bytes) -> bool:
     """Whether the request sends `Authorization: Bearer <key>` (compared in constant time)."""
-    value = _header(scope, b"authorization")
+    value = header(scope, b"authorization")
     if value is None:
         return False
     scheme, _, token = value.strip().partition(" ")
@@ -336,7 +337,7 @@ class BodyLimits:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        declared = _header(scope, b"content-length")
+        declared = header(scope, b"content-length")
         if declared is not None:
             if not _DIGITS_RE.match(declared.strip()):
                 return await send_error(
@@ -346,13 +347,13 @@ class BodyLimits:
             if size > self.max_bytes:
                 # A client that sent `Expect: 100-continue` waits for our go-ahead, which uvicorn
                 # sends at the first receive(): it gets the 413 instead, and sends no body at all.
-                waiting = (_header(scope, b"expect") or "").strip().lower() == "100-continue"
+                waiting = (header(scope, b"expect") or "").strip().lower() == "100-continue"
                 if not waiting:
                     await _discard(receive, size if size <= self.max_bytes + _DISCARD_LIMIT else 0)
                 return await send_error(scope, send, self.too_large(), CLOSE)
         if scope["method"] not in self.BODY_METHODS:
             return await self.app(scope, receive, send)
-        ctype = _header(scope, b"content-type")
+        ctype = header(scope, b"content-type")
         if ctype is None or not json_content_type(ctype):
             shown = "no Content-Type" if ctype is None else f"Content-Type {ctype[:100]!r}"
             return await send_error(

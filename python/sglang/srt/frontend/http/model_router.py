@@ -41,6 +41,7 @@ from sglang.srt.frontend.http.middleware import (
     Scope,
     Send,
     bearer_key_matches,
+    header,
     json_content_type,
     receive_by,
     replay_body,
@@ -150,10 +151,10 @@ class ModelRouter:
 
         A body that is not JSON, too large or gone names no model: the first model's app reads what
         is left and answers as it would alone. One too slow raises asyncio.TimeoutError."""
-        ctype = _header(scope, b"content-type")
+        ctype = header(scope, b"content-type")
         if ctype is None or not json_content_type(ctype):
             return None, None, receive
-        declared = (_header(scope, b"content-length") or "0").strip()
+        declared = (header(scope, b"content-length") or "0").strip()
         if not (declared.isascii() and declared.isdigit()) or int(declared) > self.max_payload_bytes:
             # The app refuses it unread (413, or 400 for a bad length): reading it here would send a
             # client waiting on `Expect: 100-continue` the go-ahead for a body that is refused anyway.
@@ -346,13 +347,6 @@ def _replay_chunks(chunks: list[bytes], receive: Receive, last: Optional[dict] =
         return await receive()
 
     return replay
-
-
-def _header(scope: Scope, name: bytes) -> Optional[str]:
-    for key, value in scope.get("headers", []):
-        if key == name:
-            return value.decode("latin-1")
-    return None
 
 
 def _query_model(scope: Scope) -> Optional[str]:
