@@ -23,8 +23,24 @@ typedef int32_t vi __attribute__((vector_size(VL * sizeof(int32_t))));
 typedef float vf_unaligned __attribute__((vector_size(VL * sizeof(float)), aligned(4), may_alias));
 
 static inline vf vload(const float *p) { return *(const vf_unaligned *)p; }
+/* A vector loaded once for several FMAs: the empty asm makes the compiler keep it in a register.
+ * Otherwise GCC folds the load into every FMA that reads it (a memory operand), and a loop meant
+ * to load one vector per four FMAs loads one per FMA and runs at the load ports' rate. */
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define VKEEP(v) __asm__("" : "+v"(v))
+#elif defined(__GNUC__) && defined(__aarch64__)
+#define VKEEP(v) __asm__("" : "+w"(v))
+#else
+#define VKEEP(v) ((void)0)
+#endif
 static inline void vstore(float *p, vf v) { *(vf_unaligned *)p = v; }
-static inline vf vsplat(float x) { vf v = {0}; return v + x; }
+/* Every lane x. Not `(vf){0} + x`: that is an addition the compiler must keep (0 + -0 is +0),
+ * three instructions where one broadcast does. */
+#if VL == 16
+static inline vf vsplat(float x) { return (vf){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
+#else
+static inline vf vsplat(float x) { return (vf){x, x, x, x, x, x, x, x}; }
+#endif
 static inline vf vselect(vi mask, vf a, vf b) { return (vf)(((vi)a & mask) | ((vi)b & ~mask)); }
 static inline vf vmax(vf a, vf b) { return vselect(a > b, a, b); }
 

@@ -50,6 +50,81 @@ static void stage(const Problem *p, Scratch *s, const Item *it) {
     }
 }
 
+/* Scores of four query rows against `nv` (1 or 2) vectors of keys from jb: masked, stored to
+ * probs and folded into the row maxima. Two vectors per pass give eight independent FMA chains,
+ * enough to cover the FMA latency (four chains ran at half the FMA rate). */
+__attribute__((noinline)) static void score_block(const Problem *p, const Item *it, const float *kt, const float *const *qr,
+                               int head, int r, int rows, int np, int jb, int nv, float *probs, const int *lo,
+                               const int *hi, vf *rowmax) {
+    const int D = p->head_dim;
+    vf a0[QROWS], a1[QROWS];
+    for (int rr = 0; rr < QROWS; rr++) a0[rr] = a1[rr] = vsplat(0.0f);
+    const float *q0 = qr[0], *q1 = qr[1], *q2 = qr[2], *q3 = qr[3];
+    const float *kd = kt + jb;
+    if (nv == 2) {
+        vf b0 = a0[0], b1 = a0[1], b2 = a0[2], b3 = a0[3], c0 = b0, c1 = b0, c2 = b0, c3 = b0;
+        for (int d = 0; d < D; d++, kd += np) {
+            vf k0 = vload(kd), k1 = vload(kd + VL);
+            VKEEP(k0);
+            VKEEP(k1);
+            vf x = vsplat(q0[d]);
+            b0 += x * k0;
+            c0 += x * k1;
+            x = vsplat(q1[d]);
+            b1 += x * k0;
+            c1 += x * k1;
+            x = vsplat(q2[d]);
+            b2 += x * k0;
+            c2 += x * k1;
+            x = vsplat(q3[d]);
+            b3 += x * k0;
+            c3 += x * k1;
+        }
+        a0[0] = b0, a0[1] = b1, a0[2] = b2, a0[3] = b3;
+        a1[0] = c0, a1[1] = c1, a1[2] = c2, a1[3] = c3;
+    } else {
+        for (int d = 0; d < D; d++, kd += np) {
+            vf k0 = vload(kd);
+            for (int rr = 0; rr < QROWS; rr++) a0[rr] += qr[rr][d] * k0;
+        }
+    }
+    if (p->bias) add_position_bias(p, it, head, r, rows, jb, a0);
+    mask_scores(probs, np, jb, a0, lo, hi, rowmax);
+    if (nv == 2) {
+        if (p->bias) add_position_bias(p, it, head, r, rows, jb + VL, a1);
+        mask_scores(probs, np, jb + VL, a1, lo, hi, rowmax);
+    }
+}
+
+/* Weighted sum of values for four rows over keys [jlo, jhi), `nv` (1 or 2) vectors of head dims
+ * from dc, scaled by each row's 1 / sum into s->acc (two vectors: eight FMA chains, as above). */
+__attribute__((noinline)) static void weigh_values(Scratch *s, const float *vals, const float *probs, int np, int Dp, int dc, int nv,
+                                int jlo, int jhi, const float *inv_sum) {
+    vf a0[QROWS], a1[QROWS];
+    for (int rr = 0; rr < QROWS; rr++) a0[rr] = a1[rr] = vsplat(0.0f);
+    if (nv == 2) {
+        for (int j = jlo; j < jhi; j++) {
+            vf v0 = vload(vals + (size_t)j * Dp + dc), v1 = vload(vals + (size_t)j * Dp + dc + VL);
+            VKEEP(v0);
+            VKEEP(v1);
+            for (int rr = 0; rr < QROWS; rr++) {
+                float pr = probs[(size_t)rr * np + j];
+                a0[rr] += pr * v0;
+                a1[rr] += pr * v1;
+            }
+        }
+    } else {
+        for (int j = jlo; j < jhi; j++) {
+            vf v0 = vload(vals + (size_t)j * Dp + dc);
+            for (int rr = 0; rr < QROWS; rr++) a0[rr] += probs[(size_t)rr * np + j] * v0;
+        }
+    }
+    for (int rr = 0; rr < QROWS; rr++) {
+        vstore(s->acc + (size_t)rr * Dp + dc, a0[rr] * inv_sum[rr]);
+        if (nv == 2) vstore(s->acc + (size_t)rr * Dp + dc + VL, a1[rr] * inv_sum[rr]);
+    }
+}
+
 /* Attention of one query head over the staged float32 rows; results go to the item's output rows. */
 static void attend_head(const Problem *p, Scratch *s, const Item *it, int head) {
     const int D = p->head_dim, Dp = p->head_dim_pad, nq = (it->h1 - it->h0) * D;
@@ -65,34 +140,17 @@ static void attend_head(const Problem *p, Scratch *s, const Item *it, int head) 
         const float *qr[QROWS];
         for (int rr = 0; rr < QROWS; rr++) qr[rr] = s->qs + (size_t)qrow[rr] * nq + hoff;
 
-        /* Scores, four rows per pass over the transposed keys. */
         vf rowmax[QROWS];
         for (int rr = 0; rr < QROWS; rr++) rowmax[rr] = vsplat(-INFINITY);
-        for (int jb = 0; jb < np; jb += VL) {
-            vf acc[QROWS];
-            for (int rr = 0; rr < QROWS; rr++) acc[rr] = vsplat(0.0f);
-            for (int d = 0; d < D; d++) {
-                vf kv = vload(kt + (size_t)d * np + jb);
-                for (int rr = 0; rr < QROWS; rr++) acc[rr] += qr[rr][d] * kv;
-            }
-            if (p->bias) add_position_bias(p, it, head, r, rows, jb, acc);
-            mask_scores(probs, np, jb, acc, lo, hi, rowmax);
-        }
+        for (int jb = 0; jb < np; jb += 2 * VL)
+            score_block(p, it, kt, qr, head, r, rows, np, jb, jb + 2 * VL <= np ? 2 : 1, probs, lo, hi, rowmax);
         float inv_sum[QROWS];
         softmax_rows(probs, np, rowmax, inv_sum, 0);
 
-        /* Weighted sum of values, one vector of head dims at a time for four rows. */
         int jlo, jhi;
         group_key_span(lo, hi, &jlo, &jhi);
-        for (int dc = 0; dc < Dp; dc += VL) {
-            vf acc[QROWS];
-            for (int rr = 0; rr < QROWS; rr++) acc[rr] = vsplat(0.0f);
-            for (int j = jlo; j < jhi; j++) {
-                vf vv = vload(vals + (size_t)j * Dp + dc);
-                for (int rr = 0; rr < QROWS; rr++) acc[rr] += probs[(size_t)rr * np + j] * vv;
-            }
-            for (int rr = 0; rr < QROWS; rr++) vstore(s->acc + (size_t)rr * Dp + dc, acc[rr] * inv_sum[rr]);
-        }
+        for (int dc = 0; dc < Dp; dc += 2 * VL)
+            weigh_values(s, vals, probs, np, Dp, dc, dc + 2 * VL <= Dp ? 2 : 1, jlo, jhi, inv_sum);
         keep_head_rows(p, s, it, r, rows, head);
     }
 }
