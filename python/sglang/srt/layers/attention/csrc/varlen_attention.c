@@ -24,10 +24,37 @@
  */
 #include "varlen_common.h"
 
+/* Keys of float32 storage, transposed into scratch a VL x VL tile at a time (vtranspose); tile
+ * rows past the last key are zeros, which also pads every key row to whole vectors. Head dims
+ * past the last whole tile go one by one. */
+static void stage_keys_f32(const Problem *p, Scratch *s, const Item *it) {
+    const int D = p->head_dim, nkv = it->kh1 - it->kh0;
+    const int n = it->j1 - it->j0, np = round_up(n, VL), Dt = D / VL * VL;
+    const float *k = (const float *)p->k;
+    for (int kh = 0; kh < nkv; kh++) {
+        float *kt = s->kt + (size_t)kh * D * s->key_cap;
+        for (int jb = 0; jb < np; jb += VL) {
+            const float *rows[VL];
+            for (int jj = 0; jj < VL; jj++)
+                rows[jj] = jb + jj < n ? k + (it->start + it->j0 + jb + jj) * p->k_stride + (int64_t)(it->kh0 + kh) * D
+                                       : NULL;
+            for (int d0 = 0; d0 < Dt; d0 += VL) {
+                vf t[VL];
+                for (int jj = 0; jj < VL; jj++) t[jj] = rows[jj] ? vload(rows[jj] + d0) : vsplat(0.0f);
+                vtranspose(t);
+                for (int dd = 0; dd < VL; dd++) vstore(kt + (size_t)(d0 + dd) * np + jb, t[dd]);
+            }
+            for (int d = Dt; d < D; d++)
+                for (int jj = 0; jj < VL; jj++) kt[(size_t)d * np + jb + jj] = rows[jj] ? rows[jj][d] : 0.0f;
+        }
+    }
+}
+
 /* Copy the item's keys (transposed), values and scaled queries into scratch, row by row. */
 static void stage(const Problem *p, Scratch *s, const Item *it) {
     const int D = p->head_dim, Dp = p->head_dim_pad, nkv = it->kh1 - it->kh0;
     const int n = it->j1 - it->j0, np = round_up(n, VL), nq = (it->h1 - it->h0) * D;
+    const int f32 = p->dtype == DTYPE_F32;
     float *row = s->acc; /* a key row in transit (acc is free until the heads run) */
     for (int j = 0; j < n; j++) {
         int64_t at = it->start + it->j0 + j;
@@ -35,14 +62,18 @@ static void stage(const Problem *p, Scratch *s, const Item *it) {
             float *vrow = s->vals + ((size_t)kh * s->key_cap + j) * Dp;
             load_f32(p->v, p->dtype, at * p->v_stride + (int64_t)(it->kh0 + kh) * D, D, vrow);
             for (int d = D; d < Dp; d++) vrow[d] = 0.0f;
+            if (f32) continue; /* keys: stage_keys_f32 */
             load_f32(p->k, p->dtype, at * p->k_stride + (int64_t)(it->kh0 + kh) * D, D, row);
             float *kt = s->kt + (size_t)kh * D * s->key_cap;
             for (int d = 0; d < D; d++) kt[(size_t)d * np + j] = row[d];
         }
     }
-    for (int kh = 0; kh < nkv; kh++) /* zero keys past the end: their scores are masked anyway */
-        for (int d = 0; d < D; d++)
-            for (int j = n; j < np; j++) s->kt[(size_t)kh * D * s->key_cap + (size_t)d * np + j] = 0.0f;
+    if (f32)
+        stage_keys_f32(p, s, it);
+    else
+        for (int kh = 0; kh < nkv; kh++) /* zero keys past the end: their scores are masked anyway */
+            for (int d = 0; d < D; d++)
+                for (int j = n; j < np; j++) s->kt[(size_t)kh * D * s->key_cap + (size_t)d * np + j] = 0.0f;
     for (int i = it->r0; i < it->r1; i++) {
         float *qrow = s->qs + (size_t)(i - it->r0) * nq;
         load_f32(p->q, p->dtype, (it->start + i) * p->q_stride + (int64_t)it->h0 * D, nq, qrow);
@@ -50,79 +81,95 @@ static void stage(const Problem *p, Scratch *s, const Item *it) {
     }
 }
 
-/* Scores of four query rows against `nv` (1 or 2) vectors of keys from jb: masked, stored to
- * probs and folded into the row maxima. Two vectors per pass give eight independent FMA chains,
- * enough to cover the FMA latency (four chains ran at half the FMA rate). */
-__attribute__((noinline)) static void score_block(const Problem *p, const Item *it, const float *kt, const float *const *qr,
-                               int head, int r, int rows, int np, int jb, int nv, float *probs, const int *lo,
-                               const int *hi, vf *rowmax) {
+/* Scores of four query rows against every key vector: masked, stored to probs, folded into the
+ * row maxima. Two key vectors per pass give eight independent FMA chains, enough to cover the FMA
+ * latency on CPUs with two vector FMA ports (AVX2's ymm; four chains ran at half their rate). Its
+ * own function, called once per row group: inlined, GCC spilled these accumulators to keep the
+ * softmax's constants in registers. */
+__attribute__((noinline)) static void score_rows(const Problem *p, const Item *it, const float *kt,
+                                                 const float *const *qr, int head, int r, int rows, int np,
+                                                 float *probs, const int *lo, const int *hi, vf *rowmax) {
     const int D = p->head_dim;
-    vf a0[QROWS], a1[QROWS];
-    for (int rr = 0; rr < QROWS; rr++) a0[rr] = a1[rr] = vsplat(0.0f);
     const float *q0 = qr[0], *q1 = qr[1], *q2 = qr[2], *q3 = qr[3];
-    const float *kd = kt + jb;
-    if (nv == 2) {
-        vf b0 = a0[0], b1 = a0[1], b2 = a0[2], b3 = a0[3], c0 = b0, c1 = b0, c2 = b0, c3 = b0;
+    int jb = 0;
+    for (; jb + 2 * VL <= np; jb += 2 * VL) {
+        vf a[QROWS], b[QROWS];
+        for (int rr = 0; rr < QROWS; rr++) a[rr] = b[rr] = vsplat(0.0f);
+        const float *kd = kt + jb;
         for (int d = 0; d < D; d++, kd += np) {
             vf k0 = vload(kd), k1 = vload(kd + VL);
-            VKEEP(k0);
+            VKEEP(k0); /* one load per vector, not one per FMA (GCC folds it otherwise) */
             VKEEP(k1);
             vf x = vsplat(q0[d]);
-            b0 += x * k0;
-            c0 += x * k1;
+            a[0] += x * k0, b[0] += x * k1;
             x = vsplat(q1[d]);
-            b1 += x * k0;
-            c1 += x * k1;
+            a[1] += x * k0, b[1] += x * k1;
             x = vsplat(q2[d]);
-            b2 += x * k0;
-            c2 += x * k1;
+            a[2] += x * k0, b[2] += x * k1;
             x = vsplat(q3[d]);
-            b3 += x * k0;
-            c3 += x * k1;
+            a[3] += x * k0, b[3] += x * k1;
         }
-        a0[0] = b0, a0[1] = b1, a0[2] = b2, a0[3] = b3;
-        a1[0] = c0, a1[1] = c1, a1[2] = c2, a1[3] = c3;
-    } else {
-        for (int d = 0; d < D; d++, kd += np) {
-            vf k0 = vload(kd);
-            for (int rr = 0; rr < QROWS; rr++) a0[rr] += qr[rr][d] * k0;
+        if (p->bias) {
+            add_position_bias(p, it, head, r, rows, jb, a);
+            add_position_bias(p, it, head, r, rows, jb + VL, b);
         }
+        mask_scores(probs, np, jb, a, lo, hi, rowmax);
+        mask_scores(probs, np, jb + VL, b, lo, hi, rowmax);
     }
-    if (p->bias) add_position_bias(p, it, head, r, rows, jb, a0);
-    mask_scores(probs, np, jb, a0, lo, hi, rowmax);
-    if (nv == 2) {
-        if (p->bias) add_position_bias(p, it, head, r, rows, jb + VL, a1);
-        mask_scores(probs, np, jb + VL, a1, lo, hi, rowmax);
+    if (jb < np) { /* an odd last vector of keys */
+        vf a[QROWS];
+        for (int rr = 0; rr < QROWS; rr++) a[rr] = vsplat(0.0f);
+        for (int d = 0; d < D; d++) {
+            vf k0 = vload(kt + (size_t)d * np + jb);
+            for (int rr = 0; rr < QROWS; rr++) a[rr] += qr[rr][d] * k0;
+        }
+        if (p->bias) add_position_bias(p, it, head, r, rows, jb, a);
+        mask_scores(probs, np, jb, a, lo, hi, rowmax);
     }
 }
 
-/* Weighted sum of values for four rows over keys [jlo, jhi), `nv` (1 or 2) vectors of head dims
- * from dc, scaled by each row's 1 / sum into s->acc (two vectors: eight FMA chains, as above). */
-__attribute__((noinline)) static void weigh_values(Scratch *s, const float *vals, const float *probs, int np, int Dp, int dc, int nv,
-                                int jlo, int jhi, const float *inv_sum) {
-    vf a0[QROWS], a1[QROWS];
-    for (int rr = 0; rr < QROWS; rr++) a0[rr] = a1[rr] = vsplat(0.0f);
-    if (nv == 2) {
+/* Weighted sum of values over keys [jlo, jhi) for four rows, scaled by each row's 1 / sum, into
+ * dst[rr] (Dp floats each): two head-dim vectors per pass (eight FMA chains, as in score_rows). */
+__attribute__((noinline)) static void weigh_rows(float *const *dst, const float *vals, const float *probs, int np,
+                                                 int Dp, int jlo, int jhi, const float *inv_sum) {
+    const float *p0 = probs, *p1 = probs + np, *p2 = probs + 2 * (size_t)np, *p3 = probs + 3 * (size_t)np;
+    int dc = 0;
+    for (; dc + 2 * VL <= Dp; dc += 2 * VL) {
+        vf a[QROWS], b[QROWS];
+        for (int rr = 0; rr < QROWS; rr++) a[rr] = b[rr] = vsplat(0.0f);
         for (int j = jlo; j < jhi; j++) {
             vf v0 = vload(vals + (size_t)j * Dp + dc), v1 = vload(vals + (size_t)j * Dp + dc + VL);
             VKEEP(v0);
             VKEEP(v1);
-            for (int rr = 0; rr < QROWS; rr++) {
-                float pr = probs[(size_t)rr * np + j];
-                a0[rr] += pr * v0;
-                a1[rr] += pr * v1;
-            }
+            vf x = vsplat(p0[j]);
+            a[0] += x * v0, b[0] += x * v1;
+            x = vsplat(p1[j]);
+            a[1] += x * v0, b[1] += x * v1;
+            x = vsplat(p2[j]);
+            a[2] += x * v0, b[2] += x * v1;
+            x = vsplat(p3[j]);
+            a[3] += x * v0, b[3] += x * v1;
         }
-    } else {
+        for (int rr = 0; rr < QROWS; rr++) {
+            vstore(dst[rr] + dc, a[rr] * inv_sum[rr]);
+            vstore(dst[rr] + dc + VL, b[rr] * inv_sum[rr]);
+        }
+    }
+    if (dc < Dp) { /* an odd last vector of head dims */
+        vf a[QROWS];
+        for (int rr = 0; rr < QROWS; rr++) a[rr] = vsplat(0.0f);
         for (int j = jlo; j < jhi; j++) {
             vf v0 = vload(vals + (size_t)j * Dp + dc);
-            for (int rr = 0; rr < QROWS; rr++) a0[rr] += probs[(size_t)rr * np + j] * v0;
+            for (int rr = 0; rr < QROWS; rr++) a[rr] += probs[(size_t)rr * np + j] * v0;
         }
+        for (int rr = 0; rr < QROWS; rr++) vstore(dst[rr] + dc, a[rr] * inv_sum[rr]);
     }
-    for (int rr = 0; rr < QROWS; rr++) {
-        vstore(s->acc + (size_t)rr * Dp + dc, a0[rr] * inv_sum[rr]);
-        if (nv == 2) vstore(s->acc + (size_t)rr * Dp + dc + VL, a1[rr] * inv_sum[rr]);
-    }
+}
+
+/* float32 storage with whole vectors per head: finished rows go straight to `out` (no padding
+ * to spill into the next head), skipping two copies (scratch -> item rows -> out). */
+static inline int writes_out_directly(const Problem *p) {
+    return p->dtype == DTYPE_F32 && p->head_dim_pad == p->head_dim;
 }
 
 /* Attention of one query head over the staged float32 rows; results go to the item's output rows. */
@@ -133,6 +180,7 @@ static void attend_head(const Problem *p, Scratch *s, const Item *it, int head) 
     const float *vals = s->vals + (size_t)kh * s->key_cap * Dp;
     const int hoff = (head - it->h0) * D;
     float *probs = s->probs;
+    const int direct = writes_out_directly(p);
 
     for (int r = it->r0; r < it->r1; r += QROWS) {
         int qrow[QROWS], lo[QROWS], hi[QROWS];
@@ -142,16 +190,19 @@ static void attend_head(const Problem *p, Scratch *s, const Item *it, int head) 
 
         vf rowmax[QROWS];
         for (int rr = 0; rr < QROWS; rr++) rowmax[rr] = vsplat(-INFINITY);
-        for (int jb = 0; jb < np; jb += 2 * VL)
-            score_block(p, it, kt, qr, head, r, rows, np, jb, jb + 2 * VL <= np ? 2 : 1, probs, lo, hi, rowmax);
+        score_rows(p, it, kt, qr, head, r, rows, np, probs, lo, hi, rowmax);
         float inv_sum[QROWS];
         softmax_rows(probs, np, rowmax, inv_sum, 0);
 
         int jlo, jhi;
         group_key_span(lo, hi, &jlo, &jhi);
-        for (int dc = 0; dc < Dp; dc += 2 * VL)
-            weigh_values(s, vals, probs, np, Dp, dc, dc + 2 * VL <= Dp ? 2 : 1, jlo, jhi, inv_sum);
-        keep_head_rows(p, s, it, r, rows, head);
+        float *dst[QROWS];
+        for (int rr = 0; rr < QROWS; rr++) /* a short group's spare rows repeat its last row */
+            dst[rr] = direct ? (float *)p->out + (it->start + r + (rr < rows ? rr : rows - 1)) * p->o_stride +
+                                   (int64_t)head * D
+                             : s->acc + (size_t)rr * Dp;
+        weigh_rows(dst, vals, probs, np, Dp, jlo, jhi, inv_sum);
+        if (!direct) keep_head_rows(p, s, it, r, rows, head);
     }
 }
 
@@ -165,6 +216,7 @@ static void run_item(const Problem *p, Scratch *s, const Item *it) {
         stage(p, s, it);
         for (int h = it->h0; h < it->h1; h++) attend_head(p, s, it, h);
     }
+    if (writes_out_directly(p)) return;
     const int nq = (it->h1 - it->h0) * p->head_dim;
     for (int i = it->r0; i < it->r1; i++)
         store_from_f32(p->out, p->dtype, (it->start + i) * p->o_stride + (int64_t)it->h0 * p->head_dim, nq,

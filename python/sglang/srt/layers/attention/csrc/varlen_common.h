@@ -63,6 +63,45 @@ static inline float hsum(vf v) {
     return v[0];
 }
 
+/* Transpose of a VL x VL tile held as VL vectors, in log2(VL) butterfly stages: stage h swaps
+ * element (i, l) with (i + h, l - h) wherever bit h is clear in i and set in l, so after every
+ * stage (i, l) sits at (l, i). VL^2 / 2 two-source shuffles where a scalar transpose needs VL^2
+ * stores (the key staging's scalar transpose was ~7% of the kernel). The lane lists are integer
+ * constant expressions, as both GCC's and Clang's shuffle builtins want. */
+#define TLO(l, h) (((l) & (h)) ? VL + (l) - (h) : (l))
+#define THI(l, h) (((l) & (h)) ? VL + (l) : (l) + (h))
+#if VL == 16
+#define TLANES(F, h) F(0, h), F(1, h), F(2, h), F(3, h), F(4, h), F(5, h), F(6, h), F(7, h), F(8, h), F(9, h), \
+                     F(10, h), F(11, h), F(12, h), F(13, h), F(14, h), F(15, h)
+#else
+#define TLANES(F, h) F(0, h), F(1, h), F(2, h), F(3, h), F(4, h), F(5, h), F(6, h), F(7, h)
+#endif
+#if defined(__clang__)
+#define TSTAGE(t, h)                                                                          \
+    for (int i = 0; i < VL; i++)                                                              \
+        if (!(i & (h))) {                                                                     \
+            vf lo_ = __builtin_shufflevector(t[i], t[i + (h)], TLANES(TLO, h));               \
+            t[i + (h)] = __builtin_shufflevector(t[i], t[i + (h)], TLANES(THI, h));           \
+            t[i] = lo_;                                                                       \
+        }
+#else
+#define TSTAGE(t, h)                                                                          \
+    for (int i = 0; i < VL; i++)                                                              \
+        if (!(i & (h))) {                                                                     \
+            vf lo_ = __builtin_shuffle(t[i], t[i + (h)], (vi){TLANES(TLO, h)});               \
+            t[i + (h)] = __builtin_shuffle(t[i], t[i + (h)], (vi){TLANES(THI, h)});           \
+            t[i] = lo_;                                                                       \
+        }
+#endif
+static inline void vtranspose(vf *t) {
+#if VL == 16
+    TSTAGE(t, 8)
+#endif
+    TSTAGE(t, 4)
+    TSTAGE(t, 2)
+    TSTAGE(t, 1)
+}
+
 static inline float bf16_to_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
     float f;
