@@ -411,9 +411,19 @@ class QueueFullGuard:
 
 
 async def receive_by(receive: Receive, deadline: Optional[float]) -> dict:
+    """receive(), or asyncio.TimeoutError once `deadline` (time.monotonic()) passed. On Python
+    3.11+ through asyncio.timeout_at, a timer on the current task: wait_for would wrap every
+    receive() of every request in a task of its own."""
     if deadline is None:
         return await receive()
-    return await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+    left = max(0.0, deadline - time.monotonic())
+    if _TIMEOUT_AT is None:  # Python 3.10
+        return await asyncio.wait_for(receive(), left)
+    async with _TIMEOUT_AT(asyncio.get_running_loop().time() + left):  # uvloop's clock is its own
+        return await receive()
+
+
+_TIMEOUT_AT = getattr(asyncio, "timeout_at", None)
 
 
 def replay_body(body: bytes, receive: Receive) -> Receive:
