@@ -81,11 +81,27 @@ static void stage(const Problem *p, Scratch *s, const Item *it) {
     }
 }
 
-/* Scores of four query rows against every key vector: masked, stored to probs, folded into the
- * row maxima. Two key vectors per pass give eight independent FMA chains, enough to cover the FMA
- * latency on CPUs with two vector FMA ports (AVX2's ymm; four chains ran at half their rate). Its
- * own function, called once per row group: inlined, GCC spilled these accumulators to keep the
- * softmax's constants in registers. */
+/* a[r] += s[r] * u and b[r] += s[r] * w for the four rows: the step both products are made of,
+ * eight independent FMA chains (enough to cover the FMA latency on CPUs with two vector FMA ports,
+ * AVX2's ymm among them; four chains ran at half their rate). u and w are pinned in registers
+ * (VKEEP): one load per vector, not one per FMA, which is what GCC otherwise emits. */
+static inline void fma_rows_x2(vf *a, vf *b, vf u, vf w, const float *s0, const float *s1, const float *s2,
+                               const float *s3) {
+    VKEEP(u);
+    VKEEP(w);
+    vf x = vsplat(*s0);
+    a[0] += x * u, b[0] += x * w;
+    x = vsplat(*s1);
+    a[1] += x * u, b[1] += x * w;
+    x = vsplat(*s2);
+    a[2] += x * u, b[2] += x * w;
+    x = vsplat(*s3);
+    a[3] += x * u, b[3] += x * w;
+}
+
+/* Scores of four query rows against every key vector, two key vectors per pass (fma_rows_x2):
+ * masked, stored to probs, folded into the row maxima. Its own function, called once per row
+ * group: inlined, GCC spilled these accumulators to keep the softmax's constants in registers. */
 __attribute__((noinline)) static void score_rows(const Problem *p, const Item *it, const float *kt,
                                                  const float *const *qr, int head, int r, int rows, int np,
                                                  float *probs, const int *lo, const int *hi, vf *rowmax) {
@@ -96,19 +112,7 @@ __attribute__((noinline)) static void score_rows(const Problem *p, const Item *i
         vf a[QROWS], b[QROWS];
         for (int rr = 0; rr < QROWS; rr++) a[rr] = b[rr] = vsplat(0.0f);
         const float *kd = kt + jb;
-        for (int d = 0; d < D; d++, kd += np) {
-            vf k0 = vload(kd), k1 = vload(kd + VL);
-            VKEEP(k0); /* one load per vector, not one per FMA (GCC folds it otherwise) */
-            VKEEP(k1);
-            vf x = vsplat(q0[d]);
-            a[0] += x * k0, b[0] += x * k1;
-            x = vsplat(q1[d]);
-            a[1] += x * k0, b[1] += x * k1;
-            x = vsplat(q2[d]);
-            a[2] += x * k0, b[2] += x * k1;
-            x = vsplat(q3[d]);
-            a[3] += x * k0, b[3] += x * k1;
-        }
+        for (int d = 0; d < D; d++, kd += np) fma_rows_x2(a, b, vload(kd), vload(kd + VL), q0 + d, q1 + d, q2 + d, q3 + d);
         if (p->bias) {
             add_position_bias(p, it, head, r, rows, jb, a);
             add_position_bias(p, it, head, r, rows, jb + VL, b);
@@ -129,7 +133,7 @@ __attribute__((noinline)) static void score_rows(const Problem *p, const Item *i
 }
 
 /* Weighted sum of values over keys [jlo, jhi) for four rows, scaled by each row's 1 / sum, into
- * dst[rr] (Dp floats each): two head-dim vectors per pass (eight FMA chains, as in score_rows). */
+ * dst[rr] (Dp floats each): two head-dim vectors per pass (fma_rows_x2). */
 __attribute__((noinline)) static void weigh_rows(float *const *dst, const float *vals, const float *probs, int np,
                                                  int Dp, int jlo, int jhi, const float *inv_sum) {
     const float *p0 = probs, *p1 = probs + np, *p2 = probs + 2 * (size_t)np, *p3 = probs + 3 * (size_t)np;
@@ -138,17 +142,8 @@ __attribute__((noinline)) static void weigh_rows(float *const *dst, const float 
         vf a[QROWS], b[QROWS];
         for (int rr = 0; rr < QROWS; rr++) a[rr] = b[rr] = vsplat(0.0f);
         for (int j = jlo; j < jhi; j++) {
-            vf v0 = vload(vals + (size_t)j * Dp + dc), v1 = vload(vals + (size_t)j * Dp + dc + VL);
-            VKEEP(v0);
-            VKEEP(v1);
-            vf x = vsplat(p0[j]);
-            a[0] += x * v0, b[0] += x * v1;
-            x = vsplat(p1[j]);
-            a[1] += x * v0, b[1] += x * v1;
-            x = vsplat(p2[j]);
-            a[2] += x * v0, b[2] += x * v1;
-            x = vsplat(p3[j]);
-            a[3] += x * v0, b[3] += x * v1;
+            const float *row = vals + (size_t)j * Dp + dc;
+            fma_rows_x2(a, b, vload(row), vload(row + VL), p0 + j, p1 + j, p2 + j, p3 + j);
         }
         for (int rr = 0; rr < QROWS; rr++) {
             vstore(dst[rr] + dc, a[rr] * inv_sum[rr]);
