@@ -34,6 +34,7 @@ from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.network import PortArgs, make_socket
 from sglang.srt.utils.off_loop import off_loop
 from sglang.srt.utils.tracing import Tracing
+from sglang.srt.utils.within import within
 from sglang.srt.wire.io_struct import (
     BatchEmbeddingResult,
     EmbeddingReqInput,
@@ -248,7 +249,7 @@ class TokenizerManager:
             if self.backstop_timeout is None:
                 await state.future
             else:
-                await asyncio.wait_for(state.future, self.backstop_timeout)
+                await within(state.future, self.backstop_timeout)
         except asyncio.TimeoutError:
             self._abort([r.rid for r in reqs])
             raise EmbeddingError(

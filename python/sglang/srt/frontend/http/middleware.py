@@ -34,6 +34,7 @@ from sglang.srt.frontend.http.http_errors import BODY_TIMEOUT, CLIENT_CLOSED, Ht
 from sglang.srt.metrics.server_metrics import ServerMetrics
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.logging_utils import REQUEST_LOGGER
+from sglang.srt.utils.within import within
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict]]
@@ -411,19 +412,10 @@ class QueueFullGuard:
 
 
 async def receive_by(receive: Receive, deadline: Optional[float]) -> dict:
-    """receive(), or asyncio.TimeoutError once `deadline` (time.monotonic()) passed. On Python
-    3.11+ through asyncio.timeout_at, a timer on the current task: wait_for would wrap every
-    receive() of every request in a task of its own."""
+    """receive(), or asyncio.TimeoutError once `deadline` (time.monotonic()) passed."""
     if deadline is None:
         return await receive()
-    left = max(0.0, deadline - time.monotonic())
-    if _TIMEOUT_AT is None:  # Python 3.10
-        return await asyncio.wait_for(receive(), left)
-    async with _TIMEOUT_AT(asyncio.get_running_loop().time() + left):  # uvloop's clock is its own
-        return await receive()
-
-
-_TIMEOUT_AT = getattr(asyncio, "timeout_at", None)
+    return await within(receive(), max(0.0, deadline - time.monotonic()))
 
 
 def replay_body(body: bytes, receive: Receive) -> Receive:
