@@ -50,30 +50,40 @@ static void stage_keys_f32(const Problem *p, Scratch *s, const Item *it) {
     }
 }
 
-/* Copy the item's keys (transposed), values and scaled queries into scratch, row by row. */
+/* Keys of other storage (bfloat16 on CPUs without its dot products), converted a row at a time
+ * and transposed one element at a time, then zeroed past the last key to whole vectors (their
+ * scores are masked anyway). */
+static void stage_keys_rows(const Problem *p, Scratch *s, const Item *it) {
+    const int D = p->head_dim, nkv = it->kh1 - it->kh0;
+    const int n = it->j1 - it->j0, np = round_up(n, VL);
+    float *row = s->acc; /* a key row in transit (acc is free until the heads run) */
+    for (int kh = 0; kh < nkv; kh++) {
+        float *kt = s->kt + (size_t)kh * D * s->key_cap;
+        for (int j = 0; j < n; j++) {
+            load_f32(p->k, p->dtype, (it->start + it->j0 + j) * p->k_stride + (int64_t)(it->kh0 + kh) * D, D, row);
+            for (int d = 0; d < D; d++) kt[(size_t)d * np + j] = row[d];
+        }
+        for (int d = 0; d < D; d++)
+            for (int j = n; j < np; j++) kt[(size_t)d * np + j] = 0.0f;
+    }
+}
+
+/* Copy the item's keys (transposed), values and scaled queries into scratch. */
 static void stage(const Problem *p, Scratch *s, const Item *it) {
     const int D = p->head_dim, Dp = p->head_dim_pad, nkv = it->kh1 - it->kh0;
-    const int n = it->j1 - it->j0, np = round_up(n, VL), nq = (it->h1 - it->h0) * D;
-    const int f32 = p->dtype == DTYPE_F32;
-    float *row = s->acc; /* a key row in transit (acc is free until the heads run) */
+    const int n = it->j1 - it->j0, nq = (it->h1 - it->h0) * D;
     for (int j = 0; j < n; j++) {
         int64_t at = it->start + it->j0 + j;
         for (int kh = 0; kh < nkv; kh++) {
             float *vrow = s->vals + ((size_t)kh * s->key_cap + j) * Dp;
             load_f32(p->v, p->dtype, at * p->v_stride + (int64_t)(it->kh0 + kh) * D, D, vrow);
             for (int d = D; d < Dp; d++) vrow[d] = 0.0f;
-            if (f32) continue; /* keys: stage_keys_f32 */
-            load_f32(p->k, p->dtype, at * p->k_stride + (int64_t)(it->kh0 + kh) * D, D, row);
-            float *kt = s->kt + (size_t)kh * D * s->key_cap;
-            for (int d = 0; d < D; d++) kt[(size_t)d * np + j] = row[d];
         }
     }
-    if (f32)
+    if (p->dtype == DTYPE_F32)
         stage_keys_f32(p, s, it);
     else
-        for (int kh = 0; kh < nkv; kh++) /* zero keys past the end: their scores are masked anyway */
-            for (int d = 0; d < D; d++)
-                for (int j = n; j < np; j++) s->kt[(size_t)kh * D * s->key_cap + (size_t)d * np + j] = 0.0f;
+        stage_keys_rows(p, s, it);
     for (int i = it->r0; i < it->r1; i++) {
         float *qrow = s->qs + (size_t)(i - it->r0) * nq;
         load_f32(p->q, p->dtype, (it->start + i) * p->q_stride + (int64_t)it->h0 * D, nq, qrow);

@@ -77,22 +77,17 @@ static inline float hsum(vf v) {
 #define TLANES(F, h) F(0, h), F(1, h), F(2, h), F(3, h), F(4, h), F(5, h), F(6, h), F(7, h)
 #endif
 #if defined(__clang__)
-#define TSTAGE(t, h)                                                                          \
-    for (int i = 0; i < VL; i++)                                                              \
-        if (!(i & (h))) {                                                                     \
-            vf lo_ = __builtin_shufflevector(t[i], t[i + (h)], TLANES(TLO, h));               \
-            t[i + (h)] = __builtin_shufflevector(t[i], t[i + (h)], TLANES(THI, h));           \
-            t[i] = lo_;                                                                       \
-        }
+#define TSHUFFLE(a, b, F, h) __builtin_shufflevector(a, b, TLANES(F, h))
 #else
-#define TSTAGE(t, h)                                                                          \
-    for (int i = 0; i < VL; i++)                                                              \
-        if (!(i & (h))) {                                                                     \
-            vf lo_ = __builtin_shuffle(t[i], t[i + (h)], (vi){TLANES(TLO, h)});               \
-            t[i + (h)] = __builtin_shuffle(t[i], t[i + (h)], (vi){TLANES(THI, h)});           \
-            t[i] = lo_;                                                                       \
-        }
+#define TSHUFFLE(a, b, F, h) __builtin_shuffle(a, b, (vi){TLANES(F, h)})
 #endif
+#define TSTAGE(t, h)                                                \
+    for (int i = 0; i < VL; i++)                                    \
+        if (!(i & (h))) {                                           \
+            vf lo_ = TSHUFFLE(t[i], t[i + (h)], TLO, h);            \
+            t[i + (h)] = TSHUFFLE(t[i], t[i + (h)], THI, h);        \
+            t[i] = lo_;                                             \
+        }
 static inline void vtranspose(vf *t) {
 #if VL == 16
     TSTAGE(t, 8)
