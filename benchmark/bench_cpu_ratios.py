@@ -2,7 +2,7 @@
 / sentence-transformers, with the scheduler's CPU time per text.
 
     python benchmark/bench_cpu_ratios.py [--dtypes float32,int8] [--policies libgomp,spin10k,passive]
-        [--rounds 2] [--output-json out.json]
+        [--rounds 2] [--server-args "--dp-size 2"] [--output-json out.json]
 
 For each round, dtype and OpenMP wait policy (alternated, so machine drift hits all of them):
 1. served: one server (`python -m sglang.launch_server`, bench_cpu_targets' flags) under 64 concurrent
@@ -89,14 +89,22 @@ def served(server_args: str, requests: int) -> dict[str, Any]:
     return out
 
 
+def engine_kwargs(server_args: str) -> dict[str, Any]:
+    """The server's command-line flags as Engine keyword arguments (those that differ from the
+    defaults), read by the server's own parser, so both sides run the same settings."""
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    given = vars(parser.parse_args(shlex.split(server_args)))
+    return {k: v for k, v in given.items() if v != parser.get_default(k)}
+
+
 def engine_encode(server_args: str, texts: list[str], seconds: float) -> dict[str, float]:
     """In-process Engine.encode on the corpus in calls of ENGINE_BATCH texts, same server arguments."""
     import sglang
 
-    argv = shlex.split(server_args)
-    kwargs: dict[str, Any] = {"allow_auto_truncate": True, "log_level": "warning"}
-    if "--quantization" in argv:
-        kwargs["quantization"] = argv[argv.index("--quantization") + 1]
+    kwargs: dict[str, Any] = {"allow_auto_truncate": True, "log_level": "warning", **engine_kwargs(server_args)}
     engine = sglang.Engine(**kwargs)
     try:
         engine.encode(texts[:ENGINE_BATCH])
@@ -123,6 +131,11 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=600, help="requests at 64 clients (half at 1 client)")
     ap.add_argument("--engine-seconds", type=float, default=10.0)
     ap.add_argument("--peer-seconds", type=float, default=10.0)
+    ap.add_argument(
+        "--server-args",
+        default="",
+        help='more flags for both sides (the server and Engine), e.g. "--dp-size 2" or "--max-queue-delay 0.005"',
+    )
     ap.add_argument("--output-json", default=None)
     args = ap.parse_args()
 
@@ -141,9 +154,10 @@ def main() -> None:
                     "policy": policy,
                     "load_before": load_average(),
                 }
+                flags = f"{DTYPES[dtype]} {args.server_args}".strip()
                 with omp_env(POLICIES[policy]):
-                    row["served"] = served(DTYPES[dtype], args.requests)
-                    row["engine"] = engine_encode(DTYPES[dtype], texts, args.engine_seconds)
+                    row["served"] = served(flags, args.requests)
+                    row["engine"] = engine_encode(flags, texts, args.engine_seconds)
                 row["load_after"] = load_average()
                 s, e = row["served"]["c=64"], row["engine"]
                 print(
