@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import shlex
@@ -90,14 +91,15 @@ def served(server_args: str, requests: int) -> dict[str, Any]:
 
 
 def engine_kwargs(server_args: str) -> dict[str, Any]:
-    """The server's command-line flags as Engine keyword arguments (those that differ from the
-    defaults), read by the server's own parser, so both sides run the same settings."""
+    """The server's command-line flags as Engine keyword arguments: parsed as `sglang serve` parses
+    them (without SGLANG_* variables), the ServerArgs fields that differ from the defaults, so both
+    sides run the same settings."""
+    from sglang.cli import parse_serve_args
     from sglang.srt.server_args import ServerArgs
 
-    parser = argparse.ArgumentParser()
-    ServerArgs.add_cli_args(parser)
-    given = vars(parser.parse_args(shlex.split(server_args)))
-    return {k: v for k, v in given.items() if v != parser.get_default(k)}
+    given, defaults = parse_serve_args(shlex.split(server_args), environ={}), ServerArgs()
+    fields = (f.name for f in dataclasses.fields(ServerArgs) if f.init)
+    return {k: getattr(given, k) for k in fields if getattr(given, k) != getattr(defaults, k)}
 
 
 def engine_encode(server_args: str, texts: list[str], seconds: float) -> dict[str, float]:

@@ -19,6 +19,11 @@ def test_server_flags_become_the_engines_keyword_arguments():
     ServerArgs(**kwargs)  # every key is a ServerArgs field
 
 
+def test_flags_are_read_as_sglang_serve_reads_them():
+    kwargs = engine_kwargs("--max-payload-size 1024 --max_batch_size 7")  # SGLang's and trtllm's spellings
+    assert kwargs == {"max_payload_bytes": 1024, "max_batch_size": 7}
+
+
 def test_no_flags_leave_every_default():
     assert engine_kwargs("") == {}
 
