@@ -18,7 +18,9 @@ open. This subclass adds, per HTTP process:
   (a request pipelined behind another within one read is measured from the next read on).
 
 The request body's own deadline (--body-timeout) is kept by middleware.BodyLimits, and idle
-kept-alive connections by uvicorn's `timeout_keep_alive` (--keep-alive-timeout).
+kept-alive connections by uvicorn's `timeout_keep_alive` (--keep-alive-timeout). Every write on a
+connection goes through CoalescedWrites (coalesced_writes.py): a response's head and body leave in
+one system call instead of two.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Callable, Optional
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from sglang.srt.frontend.http.coalesced_writes import CoalescedWrites
 from sglang.srt.frontend.http.http_errors import HttpError
 
 logger = logging.getLogger(__name__)
@@ -52,6 +55,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.transport = CoalescedWrites(transport, self.loop)  # type: ignore[assignment]  # one send per turn
         self._header_bytes = 0
         self._got_bytes = False
         self._reading_headers = True
