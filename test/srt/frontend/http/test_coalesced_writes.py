@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 import time
 
 import pytest
-import uvicorn
 
 from sglang.srt.frontend.http.coalesced_writes import FLUSH_BYTES, CoalescedWrites
 from sglang.srt.frontend.http.http_protocol import ConnectionLimits, LimitedHttpToolsProtocol
-from sglang.srt.utils.network import get_free_port
-from test.helpers.waiting import wait_until
+from test.helpers.uvicorn_thread import uvicorn_in_thread
 
 
 class RecordingTransport:
@@ -165,17 +162,8 @@ def server():
             super().connection_made(Counted())
 
     Counting.limits = ConnectionLimits()
-    port = get_free_port()
-    config = uvicorn.Config(
-        two_part_app, host="127.0.0.1", port=port, http=Counting, lifespan="off", log_level="warning"
-    )
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    assert wait_until(lambda: srv.started, 10), "uvicorn did not start"
-    yield port, written
-    srv.should_exit = True
-    thread.join(5)
+    with uvicorn_in_thread(two_part_app, Counting) as (_, port):
+        yield port, written
 
 
 def test_head_and_first_part_leave_in_one_write_without_waiting_for_the_rest(server):

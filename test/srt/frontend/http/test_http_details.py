@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 
 from sglang.srt.frontend.http.host_guard import allowed_hosts, host_allowed, host_name
@@ -17,10 +15,10 @@ from sglang.srt.frontend.http.http_protocol import ConnectionLimits, limited_pro
 from sglang.srt.frontend.http.http_server import create_app
 from sglang.srt.frontend.http.middleware import BodyLimits
 from sglang.srt.server_args import ServerArgs
-from sglang.srt.utils.network import PortArgs, get_free_port
+from sglang.srt.utils.network import PortArgs
 from test.helpers.model_info import make_model_info
 from test.helpers.raw_http import exchange
-from test.helpers.waiting import wait_until
+from test.helpers.uvicorn_thread import uvicorn_in_thread
 
 LIMIT = 8192
 MAX_BODY = 1000
@@ -48,18 +46,9 @@ async def echo_app(scope, receive, send):
 def server():
     refused: list[int] = []
     limits = ConnectionLimits(max_connections=64, max_header_bytes=LIMIT, header_timeout=5.0, on_reject=refused.append)
-    port = get_free_port()
     app = BodyLimits(echo_app, max_bytes=MAX_BODY, timeout=5.0)
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, http=limited_protocol(limits), lifespan="off", log_level="warning"
-    )
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    assert wait_until(lambda: srv.started, 10), "uvicorn did not start"
-    yield port, refused
-    srv.should_exit = True
-    thread.join(5)
+    with uvicorn_in_thread(app, limited_protocol(limits)) as (_, port):
+        yield port, refused
 
 
 def _answer(port: int, *chunks: bytes, pause: float = 0.0) -> bytes:

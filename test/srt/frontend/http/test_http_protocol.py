@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import socket
-import threading
 import time
 
 import pytest
 import uvicorn
 
 from sglang.srt.frontend.http.http_protocol import ConnectionLimits, limited_protocol
-from sglang.srt.utils.network import get_free_port
 from test.helpers.raw_http import exchange
+from test.helpers.uvicorn_thread import uvicorn_in_thread
 from test.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -29,17 +28,8 @@ async def ok_app(scope, receive, send):
 def server():
     refused: list[int] = []
     limits = ConnectionLimits(max_connections=8, max_header_bytes=LIMIT, header_timeout=0.5, on_reject=refused.append)
-    port = get_free_port()
-    config = uvicorn.Config(
-        ok_app, host="127.0.0.1", port=port, http=limited_protocol(limits), lifespan="off", log_level="warning"
-    )
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    assert wait_until(lambda: srv.started, 10), "uvicorn did not start"
-    yield port, refused, srv
-    srv.should_exit = True
-    thread.join(5)
+    with uvicorn_in_thread(ok_app, limited_protocol(limits)) as (srv, port):
+        yield port, refused, srv
 
 
 def _no_connections(srv: uvicorn.Server, timeout: float = 5.0) -> bool:
