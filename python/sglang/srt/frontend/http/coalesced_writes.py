@@ -3,8 +3,9 @@
 uvicorn writes a response's status line and headers, then its body, each with its own
 `transport.write`, and uvloop sends each at once: two `send` system calls and two TCP segments per
 response, and on loopback each call also runs the receiving side's TCP processing and wakes the
-client. For a single-text /v1/embeddings answer that second call was about a tenth of the HTTP
-process's CPU per request (issue #32), and on a small machine those cores are the forward pass's.
+client. For single-text /v1/embeddings answers the one write instead of two saved about 6% of the
+HTTP process's CPU per request and a quarter of the load generator's (issue #32,
+docs/benchmarks.md); on a small machine those cores are the forward pass's.
 
 CoalescedWrites stands in for the connection's transport: writes wait in a list until the current
 callback or task step is over (one `call_soon`), then go out in one `writelines` (one `writev`).
