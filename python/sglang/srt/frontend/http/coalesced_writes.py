@@ -24,14 +24,13 @@ FLUSH_BYTES = 64 * 1024  # at this many bytes waiting, write now (a small answer
 
 
 class CoalescedWrites:
-    __slots__ = ("_transport", "_loop", "_pending", "_size", "_scheduled")
+    __slots__ = ("_transport", "_loop", "_pending", "_size")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
         self._loop = loop
         self._pending: list[bytes] = []
         self._size = 0
-        self._scheduled = False
 
     @property
     def transport(self) -> asyncio.Transport:
@@ -41,13 +40,12 @@ class CoalescedWrites:
     def write(self, data: bytes) -> None:
         if not data:
             return
+        if not self._pending:  # the turn's first write: flush when the turn is over
+            self._loop.call_soon(self.flush)
         self._pending.append(data)
         self._size += len(data)
         if self._size >= FLUSH_BYTES:
             self.flush()
-        elif not self._scheduled:
-            self._scheduled = True
-            self._loop.call_soon(self._flush_soon)
 
     def writelines(self, chunks: Iterable[bytes]) -> None:
         for chunk in chunks:
@@ -65,10 +63,6 @@ class CoalescedWrites:
             self._transport.write(chunks[0])
         else:
             self._transport.writelines(chunks)
-
-    def _flush_soon(self) -> None:
-        self._scheduled = False
-        self.flush()
 
     def close(self) -> None:
         self.flush()
