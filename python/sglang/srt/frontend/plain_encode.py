@@ -10,6 +10,9 @@ set the backend's truncation (none, or `max_length` on the tokenizer's side with
 one per truncation setting (set once, never changed, so threads can share them), and reads only
 the ids. Tokenizers that are not transformers' Rust-backed class, or that override its encoding,
 always take the wrapper.
+
+A BERT tokenizer's ASCII texts go one step further: normalized in Python (bert_ascii.py) and read
+by a copy without the normalizer, about 60 CPU-us less per corpus text for the same ids.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from __future__ import annotations
 import copy
 import threading
 from typing import Any, Optional
+
+from sglang.srt.frontend.bert_ascii import AsciiBertNormalizer
 
 try:
     from transformers.tokenization_utils_tokenizers import TokenizersBackend
@@ -33,7 +38,9 @@ class PlainEncoder:
     def __init__(self, backend: Any, split_special_tokens: bool) -> None:
         self._source = backend
         self._split = split_special_tokens
-        self._copies: dict[tuple[Optional[int], str], Any] = {}
+        self._ascii = AsciiBertNormalizer.of(backend)
+        self._copies: dict[tuple[Optional[int], str, bool], Any] = {}
+        self._settings: set[tuple[Optional[int], str]] = set()
         self._lock = threading.Lock()
 
     @classmethod
@@ -52,14 +59,17 @@ class PlainEncoder:
             return None
         return cls(backend, bool(tokenizer.split_special_tokens))
 
-    def _backend(self, max_length: Optional[int], side: str) -> Optional[Any]:
-        key = (max_length, side if max_length is not None else "right")
+    def _backend(self, max_length: Optional[int], side: str, normalized: bool = False) -> Optional[Any]:
+        """The copy for a truncation setting; `normalized`: the one without a normalizer, for texts
+        bert_ascii.py normalized already."""
+        setting = (max_length, side if max_length is not None else "right")
+        key = (*setting, normalized)
         found = self._copies.get(key)
         if found is not None:
             return found
         with self._lock:
             if key not in self._copies:
-                if len(self._copies) >= MAX_SETTINGS:
+                if setting not in self._settings and len(self._settings) >= MAX_SETTINGS:
                     return None
                 own = copy.deepcopy(self._source)  # ours alone: the wrapper mutates its own per call
                 own.no_padding()
@@ -68,6 +78,9 @@ class PlainEncoder:
                 else:
                     own.enable_truncation(max_length, stride=0, strategy="longest_first", direction=side)
                 own.encode_special_tokens = self._split
+                if normalized:
+                    own.normalizer = None
+                self._settings.add(setting)
                 self._copies[key] = own
             return self._copies[key]
 
@@ -77,6 +90,23 @@ class PlainEncoder:
         backend = self._backend(max_length, side)
         if backend is None:
             return None
-        fast = getattr(backend, "encode_batch_fast", None)  # no character offsets (tokenizers >= 0.21)
-        encodings = (fast or backend.encode_batch)(texts, add_special_tokens=add_special_tokens)
-        return [e.ids for e in encodings]
+        ready = [self._ascii.normalize(t) for t in texts] if self._ascii is not None else []
+        fast = [i for i, t in enumerate(ready) if t is not None]
+        if not fast:
+            return _ids(backend, texts, add_special_tokens)
+        normalized = self._backend(max_length, side, True)
+        if len(fast) == len(texts):  # the common request: English text
+            return _ids(normalized, ready, add_special_tokens)
+        out: list[Any] = [None] * len(texts)
+        rest = [i for i, t in enumerate(ready) if t is None]
+        for i, ids in zip(rest, _ids(backend, [texts[i] for i in rest], add_special_tokens)):
+            out[i] = ids
+        for i, ids in zip(fast, _ids(normalized, [ready[i] for i in fast], add_special_tokens)):
+            out[i] = ids
+        return out
+
+
+def _ids(backend: Any, texts: list, add_special_tokens: bool) -> list[list[int]]:
+    fast = getattr(backend, "encode_batch_fast", None)  # no character offsets (tokenizers >= 0.21)
+    encodings = (fast or backend.encode_batch)(texts, add_special_tokens=add_special_tokens)
+    return [e.ids for e in encodings]

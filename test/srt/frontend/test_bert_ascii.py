@@ -1,0 +1,88 @@
+"""BERT's normalizer done in Python for ASCII text (bert_ascii.py): the same ids as the tokenizer's
+own normalizer, and the full tokenizer wherever an added token could be in the text."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tokenizers import normalizers
+
+from sglang.srt.frontend.bert_ascii import AsciiBertNormalizer
+from sglang.srt.frontend.plain_encode import PlainEncoder
+from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.hf_tokenizer import load_tokenizer
+from test.helpers.texts import load_texts
+from test.helpers.tiny_models import build_bpe_tokenizer
+
+# Every ASCII character, letters and the characters the normalizer treats specially most often.
+ASCII = st.text(
+    st.one_of(
+        st.characters(min_codepoint=0, max_codepoint=127),
+        st.sampled_from("aZ \t\n\r\x0b\x0c\x00\x1f\x7f.,!?'-[]"),
+    ),
+    max_size=200,
+)
+
+
+def _wrapper_ids(tok, texts):
+    enc = tok(texts, add_special_tokens=True, return_attention_mask=False, return_token_type_ids=False)
+    return [list(x) for x in enc["input_ids"]]
+
+
+def test_control_characters_go_whitespace_becomes_spaces_and_case_is_lowered(hf_tokenizer):
+    ascii_ = AsciiBertNormalizer.of(hf_tokenizer._tokenizer)
+    assert ascii_ is not None
+    assert ascii_.normalize("Hello\tWorld\r\nA\x00B\x01C\x0bD\x0cE\x1fF\x7fG!") == "hello world  abcdefg!"
+
+
+def test_text_the_full_tokenizer_must_read(hf_tokenizer):
+    ascii_ = AsciiBertNormalizer.of(hf_tokenizer._tokenizer)
+    assert ascii_.normalize("café") is None  # not ASCII: accents, Chinese characters, Unicode spaces
+    assert ascii_.normalize("fill the [MASK] in") is None  # BERT's special tokens start with "["
+
+
+def test_case_is_kept_when_the_normalizer_keeps_it(hf_tokenizer):
+    backend = copy.deepcopy(hf_tokenizer._tokenizer)
+    backend.normalizer = normalizers.BertNormalizer(lowercase=False, clean_text=False)
+    assert AsciiBertNormalizer.of(backend).normalize("Hello\tWorld") == "Hello\tWorld"
+
+
+def test_only_for_a_bert_normalizer(tmp_path):
+    build_bpe_tokenizer(str(tmp_path))
+    bpe = load_tokenizer(str(tmp_path), False)
+    assert AsciiBertNormalizer.of(bpe._tokenizer) is None
+    assert AsciiBertNormalizer.of(object()) is None
+
+
+def test_the_corpus_takes_the_python_normalizer_and_gets_the_wrappers_ids(hf_tokenizer):
+    texts = [t for t in load_texts() if t.isascii()]
+    plain = PlainEncoder.of(hf_tokenizer)
+    assert plain.encode(texts, True, None) == _wrapper_ids(hf_tokenizer, texts)
+    assert (None, "right", True) in plain._copies  # ... through the copy without a normalizer
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=ASCII)
+def test_any_ascii_text_gets_the_wrappers_ids(hf_tokenizer, text):
+    plain = PlainEncoder.of(hf_tokenizer)
+    assert plain.encode([text], True, None) == _wrapper_ids(hf_tokenizer, [text])
+    cut = hf_tokenizer([text], truncation=True, max_length=8, return_attention_mask=False)["input_ids"]
+    assert plain.encode([text], True, 8) == [list(x) for x in cut]
+
+
+def test_a_mixed_batch_keeps_its_order(hf_tokenizer):
+    texts = ["plain words", "naïve café", "a [MASK] here", "UPPER case", "日本語", "tab\tand\nnewline"]
+    plain = PlainEncoder.of(hf_tokenizer)
+    assert plain.encode(texts, True, None) == _wrapper_ids(hf_tokenizer, texts)
+
+
+@pytest.mark.parametrize("added", ["madeupword", "Zebra", "<custom>"])
+def test_added_tokens_are_found_as_the_tokenizer_finds_them(added):
+    tok = load_tokenizer(ServerArgs().tokenizer_path, False)
+    tok.add_tokens([added])
+    texts = [f"a {added} b", f"A {added.upper()} b", f"a {added.lower()} b", "nothing added here"]
+    plain = PlainEncoder.of(tok)
+    assert plain.encode(texts, True, None) == _wrapper_ids(tok, texts)
