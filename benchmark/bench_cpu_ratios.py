@@ -14,6 +14,12 @@ For each round, dtype and OpenMP wait policy (alternated, so machine drift hits 
 3. the peer, sentence-transformers' offline float32 `encode(batch_size=32)`, once before and once
    after every round (its median over the run is the ratio's denominator).
 
+Each round's served and in-process runs follow each other within a minute, so the summary gives
+served / Engine both as the ratio of the medians and as the median (and range) of the rounds'
+own ratios, and each round prints the share of CPU time the hypervisor gave to other guests
+(steal, /proc/stat) while it ran: a shared VM's neighbour moved one setting from 0.70 to 0.99
+between two runs an hour apart (docs/benchmarks.md, round seven).
+
 The wait policy reaches the scheduler through the environment it inherits from the launching
 process (entrypoints/engine_processes.py). `libgomp` sets GOMP_SPINCOUNT to libgomp's own default
 (300,000 spins), so a launcher default cannot replace it. Run it once natively and once with
@@ -125,6 +131,28 @@ def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def cpu_ticks() -> tuple[int, int]:
+    """(steal, total) clock ticks of all CPUs so far (/proc/stat's first line; (0, 0) elsewhere)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    # user nice system idle iowait irq softirq steal [guest guest_nice]: guest time is already in user
+    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+
+
+def steal_percent(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """Percent of the CPUs' time between two cpu_ticks() readings that went to other guests."""
+    total = after[1] - before[1]
+    return 100.0 * (after[0] - before[0]) / total if total > 0 else 0.0
+
+
+def paired_ratios(rows: list[dict[str, Any]]) -> list[float]:
+    """served / Engine per round: the two ran back to back, so a slow minute hits both."""
+    return [r["served"]["c=64"]["texts_per_s"] / r["engine"]["texts_per_s"] for r in rows]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dtypes", default="float32,int8", help="comma-separated from: " + ", ".join(DTYPES))
@@ -157,15 +185,18 @@ def main() -> None:
                     "load_before": load_average(),
                 }
                 flags = f"{DTYPES[dtype]} {args.server_args}".strip()
+                ticks = cpu_ticks()
                 with omp_env(POLICIES[policy]):
                     row["served"] = served(flags, args.requests)
                     row["engine"] = engine_encode(flags, texts, args.engine_seconds)
                 row["load_after"] = load_average()
+                row["steal_percent"] = round(steal_percent(ticks, cpu_ticks()), 1)
                 s, e = row["served"]["c=64"], row["engine"]
                 print(
                     f"round {rnd + 1} {dtype} {policy}: served {s['texts_per_s']:.1f} texts/s "
                     f"(sched {s['scheduler_cpu_ms_per_text']:.2f} CPU-ms/text), Engine.encode {e['texts_per_s']:.1f} "
-                    f"({e['scheduler_cpu_ms_per_text']:.2f}), c=1 p50 {row['served']['c=1 short']['p50_ms']:.2f} ms, "
+                    f"({e['scheduler_cpu_ms_per_text']:.2f}), served/Engine {s['texts_per_s'] / e['texts_per_s']:.2f}, "
+                    f"c=1 p50 {row['served']['c=1 short']['p50_ms']:.2f} ms, steal {row['steal_percent']:.1f}%, "
                     f"load {row['load_before']} -> {row['load_after']}",
                     flush=True,
                 )
@@ -174,7 +205,7 @@ def main() -> None:
             peer.append(bench_cpu_targets.peer_texts_per_s(texts, args.peer_seconds))
     st = statistics.median(peer)
     print(f"\nsentence-transformers float32 batch 32: {st:.1f} texts/s (runs {', '.join(f'{p:.1f}' for p in peer)})")
-    head = f"{'dtype':<8} {'policy':<8} {'served':>7} {'Engine':>7} {'srv/Eng':>7} {'x ST':>5}"
+    head = f"{'dtype':<8} {'policy':<8} {'served':>7} {'Engine':>7} {'srv/Eng':>7} {'by round':>15} {'x ST':>5}"
     print(head + f" {'c=1 p50':>8} {'sched ms/text c64':>17} {'c1':>6} {'Engine':>6}")
     summary = []
     for dtype in args.dtypes.split(","):
@@ -191,12 +222,15 @@ def main() -> None:
                 return statistics.median(vals)
 
             srv, eng = med(("served", "c=64", "texts_per_s")), med(("engine", "texts_per_s"))
+            paired = paired_ratios(rows)
+            by_round = f"{statistics.median(paired):.2f} ({min(paired):.2f}-{max(paired):.2f})"
             item = {
                 "dtype": dtype,
                 "policy": policy,
                 "served_texts_per_s": srv,
                 "engine_texts_per_s": eng,
                 "served_over_engine": srv / eng,
+                "served_over_engine_by_round": paired,
                 "served_over_st": srv / st,
                 "c1_p50_ms": med(("served", "c=1 short", "p50_ms")),
                 "c64_p50_ms": med(("served", "c=64", "p50_ms")),
@@ -206,7 +240,7 @@ def main() -> None:
             }
             summary.append(item)
             print(
-                f"{dtype:<8} {policy:<8} {srv:>7.1f} {eng:>7.1f} {srv / eng:>7.2f} {srv / st:>5.2f} "
+                f"{dtype:<8} {policy:<8} {srv:>7.1f} {eng:>7.1f} {srv / eng:>7.2f} {by_round:>15} {srv / st:>5.2f} "
                 f"{item['c1_p50_ms']:>8.2f} {item['sched_cpu_ms_c64']:>17.2f} {item['sched_cpu_ms_c1']:>6.2f} "
                 f"{item['sched_cpu_ms_engine']:>6.2f}"
             )
