@@ -16,6 +16,7 @@ from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.hf_tokenizer import load_tokenizer
 from test.helpers.texts import load_texts
 from test.helpers.tiny_models import build_bpe_tokenizer
+from test.helpers.wrapper_ids import wrapper_ids
 
 # Every ASCII character, letters and the characters the normalizer treats specially most often.
 ASCII = st.text(
@@ -25,11 +26,6 @@ ASCII = st.text(
     ),
     max_size=200,
 )
-
-
-def _wrapper_ids(tok, texts):
-    enc = tok(texts, add_special_tokens=True, return_attention_mask=False, return_token_type_ids=False)
-    return [list(x) for x in enc["input_ids"]]
 
 
 def test_control_characters_go_whitespace_becomes_spaces_and_case_is_lowered(hf_tokenizer):
@@ -60,7 +56,7 @@ def test_only_for_a_bert_normalizer(tmp_path):
 def test_the_corpus_takes_the_python_normalizer_and_gets_the_wrappers_ids(hf_tokenizer):
     texts = [t for t in load_texts() if t.isascii()]
     plain = PlainEncoder.of(hf_tokenizer)
-    assert plain.encode(texts, True, None) == _wrapper_ids(hf_tokenizer, texts)
+    assert plain.encode(texts, True, None) == wrapper_ids(hf_tokenizer, texts)
     assert (None, "right", True) in plain._copies  # ... through the copy without a normalizer
 
 
@@ -68,15 +64,14 @@ def test_the_corpus_takes_the_python_normalizer_and_gets_the_wrappers_ids(hf_tok
 @given(text=ASCII)
 def test_any_ascii_text_gets_the_wrappers_ids(hf_tokenizer, text):
     plain = PlainEncoder.of(hf_tokenizer)
-    assert plain.encode([text], True, None) == _wrapper_ids(hf_tokenizer, [text])
-    cut = hf_tokenizer([text], truncation=True, max_length=8, return_attention_mask=False)["input_ids"]
-    assert plain.encode([text], True, 8) == [list(x) for x in cut]
+    assert plain.encode([text], True, None) == wrapper_ids(hf_tokenizer, [text])
+    assert plain.encode([text], True, 8) == wrapper_ids(hf_tokenizer, [text], max_length=8)
 
 
 def test_a_mixed_batch_keeps_its_order(hf_tokenizer):
     texts = ["plain words", "naïve café", "a [MASK] here", "UPPER case", "日本語", "tab\tand\nnewline"]
     plain = PlainEncoder.of(hf_tokenizer)
-    assert plain.encode(texts, True, None) == _wrapper_ids(hf_tokenizer, texts)
+    assert plain.encode(texts, True, None) == wrapper_ids(hf_tokenizer, texts)
 
 
 @pytest.mark.parametrize("added", ["madeupword", "Zebra", "<custom>"])
@@ -85,4 +80,4 @@ def test_added_tokens_are_found_as_the_tokenizer_finds_them(added):
     tok.add_tokens([added])
     texts = [f"a {added} b", f"A {added.upper()} b", f"a {added.lower()} b", "nothing added here"]
     plain = PlainEncoder.of(tok)
-    assert plain.encode(texts, True, None) == _wrapper_ids(tok, texts)
+    assert plain.encode(texts, True, None) == wrapper_ids(tok, texts)

@@ -13,20 +13,9 @@ from sglang.srt.wire.io_struct import EmbeddingReqInput
 from test.helpers.model_info import make_model_info
 from test.helpers.texts import load_texts
 from test.helpers.tiny_models import build_bpe_tokenizer
+from test.helpers.wrapper_ids import wrapper_ids
 
 ODD = ["[CLS] [SEP] [MASK] x", "ÀÉÎõü naïve café", "日本語のテキスト", "emoji 🙂 and\ttabs\nnewline", "a" * 3000]
-
-
-def _wrapper_ids(tok, texts, special=True, max_length=None):
-    enc = tok(
-        texts,
-        add_special_tokens=special,
-        truncation=max_length is not None,
-        max_length=max_length,
-        return_attention_mask=False,
-        return_token_type_ids=False,
-    )
-    return [list(x) for x in enc["input_ids"]]
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +35,7 @@ def test_same_ids_as_the_wrapper_on_the_corpus(hf_tokenizer, bpe_tokenizer, spec
         assert plain is not None, type(tok)
         tok.truncation_side = side
         try:
-            assert plain.encode(texts, special, max_length, side) == _wrapper_ids(tok, texts, special, max_length)
+            assert plain.encode(texts, special, max_length, side) == wrapper_ids(tok, texts, special, max_length)
         finally:
             tok.truncation_side = "right"
 
@@ -54,7 +43,7 @@ def test_same_ids_as_the_wrapper_on_the_corpus(hf_tokenizer, bpe_tokenizer, spec
 def test_wrapper_state_does_not_leak_into_the_fast_path(hf_tokenizer):
     """The wrapper leaves its truncation set on its backend; the fast path's copies keep their own."""
     plain = PlainEncoder.of(hf_tokenizer)
-    _wrapper_ids(hf_tokenizer, ["word " * 40], True, 8)
+    wrapper_ids(hf_tokenizer, ["word " * 40], True, 8)
     assert len(plain.encode(["word " * 40], True, None)[0]) == 42
     assert len(plain.encode(["word " * 40], True, 16)[0]) == 16
 
@@ -63,8 +52,8 @@ def test_split_special_tokens_is_honoured(hf_tokenizer):
     hf_tokenizer.split_special_tokens = True
     try:
         plain = PlainEncoder.of(hf_tokenizer)
-        assert plain.encode(["[MASK] x"], True, None) == _wrapper_ids(hf_tokenizer, ["[MASK] x"])
-        assert plain.encode(["[MASK] x"], True, None) != _wrapper_ids(
+        assert plain.encode(["[MASK] x"], True, None) == wrapper_ids(hf_tokenizer, ["[MASK] x"])
+        assert plain.encode(["[MASK] x"], True, None) != wrapper_ids(
             load_tokenizer(hf_tokenizer.name_or_path, False), ["[MASK] x"]
         )
     finally:
