@@ -39,8 +39,7 @@ class PlainEncoder:
         self._source = backend
         self._split = split_special_tokens
         self._ascii = AsciiBertNormalizer.of(backend)
-        self._copies: dict[tuple[Optional[int], str, bool], Any] = {}
-        self._settings: set[tuple[Optional[int], str]] = set()
+        self._copies: dict[tuple[Optional[int], str, bool], Any] = {}  # (max_length, side, normalized)
         self._lock = threading.Lock()
 
     @classmethod
@@ -69,7 +68,8 @@ class PlainEncoder:
             return found
         with self._lock:
             if key not in self._copies:
-                if setting not in self._settings and len(self._settings) >= MAX_SETTINGS:
+                settings = {k[:2] for k in self._copies}  # a setting's two copies count once
+                if setting not in settings and len(settings) >= MAX_SETTINGS:
                     return None
                 own = copy.deepcopy(self._source)  # ours alone: the wrapper mutates its own per call
                 own.no_padding()
@@ -80,7 +80,6 @@ class PlainEncoder:
                 own.encode_special_tokens = self._split
                 if normalized:
                     own.normalizer = None
-                self._settings.add(setting)
                 self._copies[key] = own
             return self._copies[key]
 
