@@ -20,6 +20,7 @@ from sglang.srt.renderer.sparse_render import TokenTextFn, TokenTexts, render_sp
 from sglang.srt.renderer.token_render import render_token_ids, token_row
 from sglang.srt.renderer.vector_render import render_rows, render_vectors, shape_pooled
 from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.gc_freeze import freeze_startup_objects
 from sglang.srt.utils.heartbeat import Heartbeat, heartbeat_interval, stage_name
 from sglang.srt.utils.logging_utils import configure_logging
 from sglang.srt.utils.network import PortArgs, make_socket
@@ -126,6 +127,7 @@ def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, ready_
     token_texts = TokenTexts(  # loaded on first use
         server_args.tokenizer_path, server_args.trust_remote_code, server_args.tokenizer_class
     )
+    freeze_startup_objects()
     while True:
         frames = recv.recv_multipart(copy=False)
         heartbeat.set_pending(1)

@@ -10,14 +10,9 @@ import threading
 import uvicorn
 from fastapi import FastAPI
 
-from sglang.srt.frontend.http.uvicorn_server import (
-    YOUNG_GC_THRESHOLD,
-    UvicornServer,
-    make_listen_socket,
-    make_server,
-    serve,
-)
+from sglang.srt.frontend.http.uvicorn_server import UvicornServer, make_listen_socket, make_server, serve
 from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.gc_freeze import YOUNG_GC_THRESHOLD
 from sglang.srt.utils.network import get_free_port
 from test.helpers.waiting import wait_until
 

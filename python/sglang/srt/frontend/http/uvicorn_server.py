@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import signal
 import socket
@@ -19,6 +18,7 @@ import uvicorn
 from sglang.srt.frontend.http.http_protocol import ConnectionLimits, limited_protocol
 from sglang.srt.frontend.http.tls import tls_options
 from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.gc_freeze import freeze_startup_objects
 
 logger = logging.getLogger(__name__)
 
@@ -57,28 +57,6 @@ class UvicornServer(uvicorn.Server):
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-
-
-YOUNG_GC_THRESHOLD = 7000  # net allocations between collections of the youngest generation (default 700)
-
-
-def freeze_startup_objects() -> None:
-    """Move what is alive once the server is up (modules, the tokenizer, the app: ~250k objects)
-    out of the cyclic garbage collector's reach. Requests keep objects alive across collections
-    (they wait on the engine), which brings full collections on, and each one walked all of
-    start-up's objects (~0.1 s of CPU on the 2-core benchmark VM, issue #32).
-    Start-up's garbage is collected first; frozen objects are still freed by reference counting,
-    only cycles among them are never collected, which suits objects living as long as the process.
-
-    The youngest generation's threshold then goes from 700 to YOUNG_GC_THRESHOLD: under load the
-    requests in flight keep a few thousand young objects alive, and at 700 net allocations the
-    collector walked them (and promoted them, to walk again in generation 1) every few requests:
-    0.036 CPU-ms per request in collections (64 clients, single texts); at 7000, 30x fewer
-    collections, 0.008 CPU-ms. The request path leaves almost no cyclic garbage (~0.3 objects per
-    request) for a later collection to find."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(YOUNG_GC_THRESHOLD, *gc.get_threshold()[1:])
 
 
 class _GracefulTimeoutNote(logging.Filter):
