@@ -10,10 +10,16 @@ import numpy as np
 import pytest
 import zmq
 
+from sglang.srt.errors import QUEUE_FULL_MESSAGE, ErrorKind
 from sglang.srt.metrics.scheduler_metrics import SchedulerMetrics
 from sglang.srt.scheduler.scheduler_process import SchedulerLoop
 from sglang.srt.utils.allocator import AllocatorPlan, SchedulerMemory
-from sglang.srt.wire.io_struct import AbortReq, BatchEmbeddingOutput
+from sglang.srt.wire.io_struct import (
+    AbortReq,
+    BatchEmbeddingOutput,
+    BatchTokenizedEmbeddingReqInput,
+    TokenizedEmbeddingReqInput,
+)
 from sglang.srt.wire.msgcodec import decode, send
 from sglang.srt.wire.output_spec import OutputSpec
 
@@ -144,3 +150,45 @@ def _batches_counted(metrics: SchedulerMetrics) -> float:
             if sample.name == "sglang_batch_size_count":
                 return sample.value
     return 0.0
+
+
+class RecordingScheduler(FakeScheduler):
+    """Takes requests as Scheduler.add_requests does: a request whose inputs exceed the room left
+    is refused whole; the others queue."""
+
+    def __init__(self, room: int) -> None:
+        super().__init__([])
+        self.room = room
+        self.groups: list[list[str]] = []
+
+    def add_requests(self, reqs):
+        self.groups.append([r.rid for r in reqs])
+        if len(reqs) > self.room:
+            return BatchEmbeddingOutput.failure(reqs, ErrorKind.QUEUE_FULL, QUEUE_FULL_MESSAGE)
+        self.room -= len(reqs)
+        return None
+
+
+def _inputs(*rids: str) -> list[TokenizedEmbeddingReqInput]:
+    return [TokenizedEmbeddingReqInput(rid, 0, np.ones(3, np.int32)) for rid in rids]
+
+
+def test_each_request_of_a_several_request_message_is_accepted_or_refused_whole(sockets):
+    """One message holds three requests (one event-loop turn of an HTTP process): with room for
+    three inputs, the first two requests fit and the third (two inputs) is refused, alone."""
+    recv, into, out_push, out_pull = sockets
+    scheduler = RecordingScheduler(room=3)
+    send(into, BatchTokenizedEmbeddingReqInput(_inputs("a-0", "b-0", "b-1", "c-0", "c-1"), [1, 2, 2]))
+    SchedulerLoop(scheduler, recv, out_push, FakeMemory()).run_once(0.0)
+    assert scheduler.groups == [["a-0"], ["b-0", "b-1"], ["c-0", "c-1"]]
+    refused = decode(out_pull.recv_multipart())
+    assert refused.rids == ["c-0", "c-1"] and refused.error_codes == [ErrorKind.QUEUE_FULL] * 2
+
+
+def test_a_message_whose_groups_do_not_split_its_inputs_is_dropped(sockets):
+    recv, into, out_push, out_pull = sockets
+    scheduler = RecordingScheduler(room=10)
+    send(into, BatchTokenizedEmbeddingReqInput(_inputs("x-0", "x-1"), [3]))
+    send(into, AbortReq(rids=["y"]))
+    SchedulerLoop(scheduler, recv, out_push, FakeMemory()).run_once(0.0)
+    assert scheduler.groups == [] and scheduler.aborted == ["y"]  # the next message is read as usual

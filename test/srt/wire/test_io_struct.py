@@ -199,3 +199,20 @@ def test_request_split_keeps_the_per_request_options():
             "query: ",
             False,
         )
+
+
+def test_several_requests_in_one_message_keep_their_groups():
+    """The requests one HTTP process dispatched in one event-loop turn travel as one message; the
+    group sizes say where each request's inputs start, and survive the trip."""
+    reqs = [TokenizedEmbeddingReqInput(f"g-{i}", 0, np.full(i + 1, i, np.int32)) for i in range(4)]
+    back = _roundtrip(BatchTokenizedEmbeddingReqInput(reqs, [1, 3]))
+    assert back.group_sizes == [1, 3]
+    assert [[r.rid for r in g] for g in back.groups()] == [["g-0"], ["g-1", "g-2", "g-3"]]
+    assert [[r.rid for r in g] for g in BatchTokenizedEmbeddingReqInput(reqs).groups()] == [[r.rid for r in reqs]]
+
+
+@pytest.mark.parametrize("sizes", [[1, 2], [2, 3], [4, 0], [5, -1]])
+def test_group_sizes_that_do_not_split_the_inputs_are_refused(sizes):
+    reqs = [TokenizedEmbeddingReqInput(f"g-{i}", 0, np.ones(1, np.int32)) for i in range(4)]
+    with pytest.raises(ValueError, match="do not split"):
+        BatchTokenizedEmbeddingReqInput(reqs, sizes).groups()

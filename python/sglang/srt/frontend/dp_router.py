@@ -1,6 +1,7 @@
 """ReplicaRouter: one tokenizer manager's sockets to the scheduler replicas, and what it has in flight.
 
-It sends each request's inputs as one message per replica (a part), counts the inputs and tokens
+It sends each request's inputs as one part per replica (the parts of one event-loop turn travel
+together: frontend/turn_outbox.py), counts the inputs and tokens
 in flight per replica for the dispatch policy (frontend/dp_policy.py), sends aborts to the
 replicas that hold the inputs, and when a replica refuses a part because its queue share is full
 (possible with several tokenizer workers, which do not see each other's load) sends the part to
@@ -18,9 +19,10 @@ from typing import Iterable, Optional
 import zmq
 
 from sglang.srt.frontend.dp_policy import DispatchPolicy, ReplicaLoad
+from sglang.srt.frontend.turn_outbox import TurnOutbox
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.network import PortArgs, make_socket
-from sglang.srt.wire.io_struct import AbortReq, BatchTokenizedEmbeddingReqInput, TokenizedEmbeddingReqInput
+from sglang.srt.wire.io_struct import AbortReq, TokenizedEmbeddingReqInput
 from sglang.srt.wire.msgcodec import send
 
 
@@ -43,6 +45,7 @@ class ReplicaRouter:
         self.sockets = [
             make_socket(ctx, zmq.PUSH, port_args.scheduler_input_of(rank), bind=False) for rank in range(self.dp_size)
         ]
+        self.outboxes = [TurnOutbox(sock) for sock in self.sockets]
         self.loads = [ReplicaLoad() for _ in range(self.dp_size)]
         self.in_flight: dict[str, tuple[Part, int]] = {}  # rid -> (the part it travels in, its tokens)
 
@@ -81,7 +84,7 @@ class ReplicaRouter:
             self.in_flight[req.rid] = (part, req.num_tokens)
             load.inputs += 1
             load.tokens += req.num_tokens
-        return send(self.sockets[part.rank], BatchTokenizedEmbeddingReqInput(reqs))
+        return self.outboxes[part.rank].add(reqs)  # sent at the end of this event-loop turn
 
     # ----- answers -----
     def answered(self, rid: str) -> None:
@@ -130,6 +133,7 @@ class ReplicaRouter:
                 by_rank[entry[0].rank].append(rid)
                 self.answered(rid)
         for rank, dropped in by_rank.items():
+            self.outboxes[rank].flush()  # the inputs first: an abort must not overtake them
             send(self.sockets[rank], AbortReq(dropped))
 
     def clear(self) -> None:

@@ -112,9 +112,15 @@ class SchedulerLoop:
                 logger.error("dropping an undecodable message: %s", e)
                 continue
             if isinstance(msg, BatchTokenizedEmbeddingReqInput):
-                rejected = self.scheduler.add_requests(msg.reqs)
-                if rejected is not None:
-                    send(self.send, rejected)
+                try:
+                    groups = msg.groups()
+                except ValueError as e:
+                    logger.error("dropping a malformed message: %s", e)
+                    continue
+                for group in groups:  # each HTTP request's inputs are accepted or refused together
+                    rejected = self.scheduler.add_requests(group)
+                    if rejected is not None:
+                        send(self.send, rejected)
             elif isinstance(msg, AbortReq):
                 self.scheduler.abort(msg.rids)
             else:

@@ -132,9 +132,25 @@ class TokenizedEmbeddingReqInput:
 @message
 @dataclass
 class BatchTokenizedEmbeddingReqInput:
-    """All inputs of one HTTP request, sent as one multipart message."""
+    """The inputs of one HTTP request, or of the requests one HTTP process dispatched to a replica
+    in one event-loop turn (frontend/turn_outbox.py), sent as one multipart message."""
 
     reqs: list[TokenizedEmbeddingReqInput] = field(default_factory=list)
+    # Several requests: how many consecutive inputs of `reqs` each one has (the scheduler accepts
+    # or refuses each request whole). None: all of `reqs` is one request.
+    group_sizes: Optional[list[int]] = None
+
+    def groups(self) -> list[list[TokenizedEmbeddingReqInput]]:
+        """Each request's inputs, in order."""
+        if self.group_sizes is None:
+            return [self.reqs]
+        if any(n < 1 for n in self.group_sizes) or sum(self.group_sizes) != len(self.reqs):
+            raise ValueError(f"group sizes {self.group_sizes} do not split {len(self.reqs)} inputs")
+        out, start = [], 0
+        for n in self.group_sizes:
+            out.append(self.reqs[start : start + n])
+            start += n
+        return out
 
 
 @message
