@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
-from test.helpers.procs import wait_for  # noqa: F401  (the probes' one poll loop, shared with the tests)
+from test.helpers.waiting import wait_until  # noqa: F401  (the probes' one poll loop, shared with the tests)
 
 
 @dataclass

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import time
 
-from benchmark.hostile_inputs.common import Context, Recorder, http, metrics, post_json, sample, wait_for
+from benchmark.hostile_inputs.common import Context, Recorder, http, metrics, post_json, sample, wait_until
 
 DESTRUCTIVE = True  # the runner runs this area last
 # ~60 tokens: enough that 64 x 8 of them queue up, short enough that one batch stays well under
@@ -47,7 +47,7 @@ def run(ctx: Context) -> list:
         return sample(m, "sglang_queue_length") == 0 and sample(m, "sglang_http_requests_in_flight") <= 1
 
     t0 = time.monotonic()
-    settled = wait_for(idle, 30.0, 0.3)
+    settled = wait_until(idle, 30.0, 0.3)
     m = metrics(ctx)
     ctx.numbers["gauges idle after 64 aborted requests (s)"] = round(time.monotonic() - t0, 2)
     gauges = f"queue {sample(m, 'sglang_queue_length')}, in flight {sample(m, 'sglang_http_requests_in_flight')}"
@@ -61,7 +61,7 @@ def run(ctx: Context) -> list:
     os.kill(scheduler, signal.SIGSTOP)
     t0 = time.monotonic()
     try:
-        went_503 = wait_for(lambda: http(ctx, "GET", "/health", timeout=5)[0] == 503, 20.0, 0.2)
+        went_503 = wait_until(lambda: http(ctx, "GET", "/health", timeout=5)[0] == 503, 20.0, 0.2)
         ctx.numbers["/health 503 after SIGSTOP of the scheduler (s)"] = round(time.monotonic() - t0, 2)
         rec.check("stopped scheduler -> /health 503", went_503)
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 import zmq
@@ -16,6 +17,7 @@ from sglang.srt.wire.io_struct import (
     BatchEmbeddingResult,
     BatchTokenizedEmbeddingReqInput,
     EmbeddingReqInput,
+    MultimodalItem,
 )
 from sglang.srt.wire.msgcodec import encode
 from test.helpers.model_info import make_model_info
@@ -253,6 +255,42 @@ def test_refuses_at_once_when_its_inputs_in_flight_fill_queue_and_batch(harness,
         later.cancel()
         with pytest.raises(asyncio.CancelledError):
             await later
+        await tm.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_request_with_items_counts_as_image_work_until_answered(harness, hf_tokenizer):
+    """The HTTP process trims its heap once no request with images is in flight
+    (multimodal/image_heap_trim.py): a request's pixels travel in its messages, so it counts until
+    its answer, not until its images are loaded. Text requests do not count."""
+    port_args, ctx, sched = harness
+    events = []
+
+    @contextlib.contextmanager
+    def request_in_flight():
+        events.append("begin")
+        try:
+            yield
+        finally:
+            events.append("end")
+
+    async def scenario():
+        tm = TokenizerManager(ServerArgs(), port_args, INFO, tokenizer=hf_tokenizer)
+        tm.multimodal.request_in_flight = request_in_flight
+        tm.start()
+        detok = make_socket(ctx, zmq.PUSH, port_args.tokenizer_output(0), bind=False)
+        task = asyncio.ensure_future(tm.embed(EmbeddingReqInput(items=[MultimodalItem(text="a cat")])))
+        msg = await next_message(sched)
+        assert events == ["begin"]  # sent to the scheduler, not answered yet
+        _send_results(detok, [msg.reqs[0].rid], [b"[1.0]"], [3])
+        await asyncio.wait_for(task, 5)
+        assert events == ["begin", "end"]
+        task = asyncio.ensure_future(tm.embed(EmbeddingReqInput(text=["a dog"])))
+        msg = await next_message(sched)
+        _send_results(detok, [msg.reqs[0].rid], [b"[1.0]"], [3])
+        await asyncio.wait_for(task, 5)
+        assert events == ["begin", "end"]
         await tm.close()
 
     asyncio.run(scenario())

@@ -174,6 +174,12 @@ class TokenizerManager:
 
     # ----- requests -----
     async def embed(self, req: EmbeddingReqInput) -> EmbeddingResult:
+        if req.items is not None:  # its images' memory is in use until it is answered
+            with self.multimodal.request_in_flight():
+                return await self._traced_embed(req)
+        return await self._traced_embed(req)
+
+    async def _traced_embed(self, req: EmbeddingReqInput) -> EmbeddingResult:
         if not self.tracing.enabled:
             return await self._embed(req, None)
         with request_span(self.tracing) as traceparent:

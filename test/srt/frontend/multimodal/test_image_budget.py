@@ -9,7 +9,7 @@ import random
 import pytest
 
 from sglang.srt.frontend.multimodal.fetch_slots import FetchSlots
-from sglang.srt.frontend.multimodal.image_budget import TRIM_AFTER_BYTES, ImageMemory, MemoryTrimmer, RequestImages
+from sglang.srt.frontend.multimodal.image_budget import ImageMemory, RequestImages
 from sglang.srt.frontend.multimodal.image_errors import ImageMemoryFull
 from test.helpers.waiting import wait_until_async
 
@@ -236,34 +236,3 @@ def test_the_issue_case_one_of_four_competing_requests_completes():
     for _ in range(4):
         results = asyncio.run(scenario())
         assert results[0] and sum(results) >= 1, results
-
-
-def test_trim_threshold_and_trimmer():
-    async def scenario():
-        req = _request(ImageMemory(2 * TRIM_AFTER_BYTES))
-        await req.hold(TRIM_AFTER_BYTES - 1)
-        assert not req.should_trim
-        await req.start_decode(1)
-        assert req.should_trim
-
-    asyncio.run(scenario())
-    MemoryTrimmer().trim()  # glibc: returns free heap pages; elsewhere a no-op
-
-
-def test_many_smaller_requests_trim_too():
-    """Requests each under the trim threshold, together over it: the first to end afterwards trims."""
-
-    async def scenario():
-        memory = ImageMemory(4 * TRIM_AFTER_BYTES)
-        a, b = _request(memory), _request(memory)
-        await a.hold(TRIM_AFTER_BYTES // 2)
-        await b.hold(TRIM_AFTER_BYTES // 2)
-        a.close()
-        b.close()
-        assert a.should_trim and not b.should_trim  # one trim for the period, not one per request
-        c = _request(memory)
-        await c.hold(10)
-        c.close()
-        assert not c.should_trim
-
-    asyncio.run(scenario())

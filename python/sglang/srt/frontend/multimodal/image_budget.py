@@ -17,10 +17,8 @@
   of the decode threads (a request with many images takes turns instead of filling them), a bound
   on its images between first byte and decoded (`in_progress`: fetches do not run ahead of
   decoding, so a request of hundreds of image URLs holds a few encoded images at a time, not all
-  of them), its held bytes (given back when it ends, whatever way it ends), and its peak, which
-  decides whether to return freed memory to the system afterwards (glibc keeps freed image
-  buffers in its heap otherwise). So does the process's peak since the last trim: many
-  requests of a few MB each leave as much in glibc's heap as one large one.
+  of them), its held bytes (given back when it ends, whatever way it ends), and its peak. When
+  freed image memory goes back to the system is image_heap_trim.py's job.
 """
 
 from __future__ import annotations
@@ -36,14 +34,8 @@ from typing import AsyncIterator, Optional
 
 from sglang.srt.frontend.multimodal.fetch_slots import FetchSlots
 from sglang.srt.frontend.multimodal.image_errors import ImageMemoryFull
-from sglang.srt.utils.allocator import glibc_malloc_trim
 
 logger = logging.getLogger(__name__)
-
-# A request that had this much image memory at its peak gives the freed pages back afterwards, and
-# so does the first request to end after the process held this much (at most once a second).
-TRIM_AFTER_BYTES = 64 * 1024 * 1024
-PROCESS_TRIM_INTERVAL_S = 1.0
 
 
 @dataclass(eq=False)
@@ -67,8 +59,7 @@ class ImageMemory:
         self._held_by: dict[int, int] = {}  # live requests' held bytes, in arrival order
         self._holds: list[_HoldWait] = []  # waiting holds, in arrival order of their requests
         self._decodes: deque[asyncio.Future] = deque()
-        self._peak = 0  # held + decoding at the most since the last trim
-        self._trimmed_at = 0.0
+        self.taken = 0  # bytes ever held or decoded (what glibc's heaps have seen go by)
 
     # ----- requests -----
     def join(self) -> int:
@@ -132,7 +123,7 @@ class ImageMemory:
     def _take(self, seq: int, n: int) -> None:
         self._held_by[seq] += n
         self.held += n
-        self._peak = max(self._peak, self.held + self.decoding)
+        self.taken += n
         if self._holds:  # earlier waiters may no longer be attainable for later ones
             self._dispatch()
 
@@ -157,7 +148,7 @@ class ImageMemory:
                 self._holds.remove(wait)
                 self._held_by[wait.seq] += wait.n
                 self.held += wait.n
-                self._peak = max(self._peak, self.held + self.decoding)
+                self.taken += wait.n
                 wait.future.set_result(None)
             elif not self._attainable(wait.seq, wait.n):
                 self._holds.remove(wait)
@@ -183,22 +174,12 @@ class ImageMemory:
                     self._decodes.remove(waiter)
         self.decoding += n
         self.decoders += 1
-        self._peak = max(self._peak, self.held + self.decoding)
+        self.taken += n
 
     def end_decode(self, n: int) -> None:
         self.decoding -= n
         self.decoders -= 1
         self._dispatch()
-
-    def take_trim_due(self) -> bool:
-        """Whether the process held TRIM_AFTER_BYTES since the last trim (and none was in the last
-        second); asking starts the next period."""
-        now = time.monotonic()
-        if self._peak < TRIM_AFTER_BYTES or now - self._trimmed_at < PROCESS_TRIM_INTERVAL_S:
-            return False
-        self._peak = self.held + self.decoding
-        self._trimmed_at = now
-        return True
 
 
 class RequestImages:
@@ -223,7 +204,6 @@ class RequestImages:
         self.decoding = 0
         self.peak = 0
         self._closed = False
-        self._process_trim_due = False
 
     @property
     def held(self) -> int:
@@ -258,20 +238,3 @@ class RequestImages:
         if not self._closed:
             self._closed = True
             self.memory.leave(self.seq)
-            self._process_trim_due = self.peak < TRIM_AFTER_BYTES and self.memory.take_trim_due()
-
-    @property
-    def should_trim(self) -> bool:
-        """Set once the request has ended (close)."""
-        return self.peak >= TRIM_AFTER_BYTES or self._process_trim_due
-
-
-class MemoryTrimmer:
-    """Returns the free pages of glibc's heaps to the system (a no-op on other allocators/systems)."""
-
-    def __init__(self) -> None:
-        self._malloc_trim = glibc_malloc_trim()
-
-    def trim(self) -> None:
-        if self._malloc_trim is not None:
-            self._malloc_trim(0)

@@ -33,10 +33,11 @@ from PIL import Image
 
 from sglang.srt.frontend.multimodal.fetch_slots import FetchSlots
 from sglang.srt.frontend.multimodal.http_fetch import ImageUrlFetcher
-from sglang.srt.frontend.multimodal.image_budget import ImageMemory, MemoryTrimmer, RequestImages
+from sglang.srt.frontend.multimodal.image_budget import ImageMemory, RequestImages
 from sglang.srt.frontend.multimodal.image_cost import CostOf, cost_from_target
 from sglang.srt.frontend.multimodal.image_decode import OpenedImage, decode_image, open_image
 from sglang.srt.frontend.multimodal.image_errors import ImageLoadError
+from sglang.srt.frontend.multimodal.image_heap_trim import ImageHeapTrimmer
 from sglang.srt.frontend.multimodal.image_source import ImageSource, UrlSource, read_source_bytes
 from sglang.srt.frontend.multimodal.url_guard import UrlPolicy
 from sglang.srt.server_args import ServerArgs
@@ -102,7 +103,7 @@ class ImageLoader:
         self.fetch_concurrency = server_args.mm_fetch_concurrency
         self.fetch_slots = FetchSlots(self.fetch_concurrency)
         self.memory_wait_s = server_args.mm_image_timeout  # a request waits this long for image memory
-        self.trimmer = MemoryTrimmer()
+        self.trimmer = ImageHeapTrimmer(self.memory, self._run_in_pool)
         self._pool: Optional[ThreadPoolExecutor] = None
 
     @property
@@ -110,6 +111,12 @@ class ImageLoader:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(DECODE_WORKERS, thread_name_prefix="sglang-image")
         return self._pool
+
+    def _run_in_pool(self, fn: Callable[[], None]) -> None:
+        try:
+            self.pool.submit(fn)
+        except RuntimeError:  # shut down: the process is exiting, nothing left to trim for
+            pass
 
     def close(self) -> None:
         if self._pool is not None:
@@ -142,8 +149,7 @@ class ImageLoader:
                 await asyncio.gather(*tasks.values(), return_exceptions=True)
             finally:
                 request.close()
-                if request.should_trim:
-                    asyncio.get_running_loop().run_in_executor(self.pool, self.trimmer.trim)
+                self.trimmer.request_ended(request)
 
     async def _load(self, request: RequestImages, source: ImageSource) -> ImageResult:
         async with request.in_progress:

@@ -12,9 +12,10 @@ URL that fails gets one generic message, its reason goes to the log.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import ContextManager, Optional, Sequence
 
 import numpy as np
 
@@ -85,6 +86,11 @@ class MultimodalPreparer:
     def close(self) -> None:
         if self.loader is not None:
             self.loader.close()
+
+    def request_in_flight(self) -> ContextManager[None]:
+        """Held by a request with items until it is answered: when the last such request ends, the
+        process gives its freed image memory back (image_heap_trim.py)."""
+        return self.loader.trimmer.request_in_flight() if self.loader is not None else contextlib.nullcontext()
 
     # ----- the request path -----
     async def prepare(self, items: Sequence[MultimodalItem]) -> list[PreparedItem]:
