@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Optional
