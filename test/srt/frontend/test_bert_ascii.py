@@ -57,15 +57,22 @@ def test_the_corpus_takes_the_python_normalizer_and_gets_the_wrappers_ids(hf_tok
     texts = [t for t in load_texts() if t.isascii()]
     plain = PlainEncoder.of(hf_tokenizer)
     assert plain.encode(texts, True, None) == wrapper_ids(hf_tokenizer, texts)
-    assert (None, "right", True) in plain._copies  # ... through the copy without a normalizer
+    assert plain._words is not None and len(plain._words._cache) > 1000  # ... word by word (bert_words.py)
+
+
+@pytest.fixture(scope="module")
+def shared_plain(hf_tokenizer):
+    """One encoder for every example, as the server has: its words' cache fills as they run."""
+    return PlainEncoder.of(hf_tokenizer)
 
 
 @settings(max_examples=300, deadline=None)
 @given(text=ASCII)
-def test_any_ascii_text_gets_the_wrappers_ids(hf_tokenizer, text):
-    plain = PlainEncoder.of(hf_tokenizer)
+def test_any_ascii_text_gets_the_wrappers_ids(hf_tokenizer, shared_plain, text):
+    plain = shared_plain
     assert plain.encode([text], True, None) == wrapper_ids(hf_tokenizer, [text])
     assert plain.encode([text], True, 8) == wrapper_ids(hf_tokenizer, [text], max_length=8)
+    assert plain.encode([text], False, 5) == wrapper_ids(hf_tokenizer, [text], special=False, max_length=5)
 
 
 def test_a_mixed_batch_keeps_its_order(hf_tokenizer):
