@@ -3,12 +3,14 @@
     python benchmark/bench_tokenize.py [--rounds 5] [--seconds 2] [--batch 1,64] [--tokenizer PATH]
 
 What the server does for a request's texts (frontend/tokenization.py's InputTokenizer.tokenize,
-truncation to the model's context included), three ways, on the bundled corpus, alternated round
+truncation to the model's context included), four ways, on the bundled corpus, alternated round
 after round so a slow minute hits all of them:
 
 - `wrapper`: transformers' tokenizer call (the path before plain_encode.py);
 - `plain`: the Rust tokenizer without the wrapper, with its own BertNormalizer (plain_encode.py);
-- `plain+ascii`: the same, with ASCII texts normalized in Python first (bert_ascii.py), the default.
+- `plain+ascii`: the same, with ASCII texts normalized in Python first (bert_ascii.py);
+- `plain+ascii+words`: and those texts' ids word by word from the words' cache (bert_words.py), the
+  default (timed warm: the cache has the corpus's words after the check below).
 
 `--batch 1` is a request of one text (the common single-text request), 64 a bulk request. Printed
 per text, medians over rounds: the process's CPU time (the Rust tokenizer runs a request of several
@@ -39,13 +41,16 @@ def tokenizers(path: str, context: int) -> dict[str, InputTokenizer]:
     """One InputTokenizer per way, each with its own tokenizer object (no shared state)."""
     args = ServerArgs(allow_auto_truncate=True)
     out = {}
-    for name in ("wrapper", "plain", "plain+ascii"):
+    for name in ("wrapper", "plain", "plain+ascii", "plain+ascii+words"):
         tok = load_tokenizer(path, False)
         t = InputTokenizer(args, make_model_info(max_input_length=context, vocab_size=len(tok)), tokenizer=tok)
         if name == "wrapper":
             t._plain = None
         elif name == "plain" and t._plain is not None:
             t._plain._ascii = None
+            t._plain._words = None
+        elif name == "plain+ascii" and t._plain is not None:
+            t._plain._words = None
         out[name] = t
     return out
 
@@ -88,7 +93,7 @@ def main() -> None:
             cpu, wall = statistics.median(c for c, _ in vals), statistics.median(w for _, w in vals)
             rounds = ", ".join(f"{c:.1f}" for c, _ in vals)
             print(
-                f"batch {size:>3}  {name:<12} {cpu:7.1f} CPU-us, {wall:7.1f} wall-us per text "
+                f"batch {size:>3}  {name:<18} {cpu:7.1f} CPU-us, {wall:7.1f} wall-us per text "
                 f"({base / cpu:4.2f}x the wrapper's texts per CPU-second; CPU by round {rounds})"
             )
 

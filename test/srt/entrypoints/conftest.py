@@ -1,5 +1,6 @@
-"""One hardened server (API key, small limits, CORS, JSON request logs) shared by the security,
-observability and fuzz tests, so that they pay for one start-up."""
+"""Servers shared across modules, so that they pay for one start-up each: one with the default
+flags (the basic server, response-limit and binary-embedding tests), and one hardened (API key,
+small limits, CORS, JSON request logs) for the security, observability and fuzz tests."""
 
 from __future__ import annotations
 
@@ -23,6 +24,15 @@ HARDENED_ARGS = (
     "--max-batch-size",
     "2",
 )
+
+
+@pytest.fixture(scope="session")
+def default_server():
+    """`sglang serve` with no flags but the model's. Tests that stop or kill a server start their own."""
+    from test.helpers.server import ServerProcess
+
+    with ServerProcess() as s:
+        yield s
 
 
 @pytest.fixture(scope="session")

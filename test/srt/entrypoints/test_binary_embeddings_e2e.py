@@ -11,16 +11,13 @@ import pytest
 import requests
 import torch
 
-from test.helpers.server import ServerProcess
-
 pytestmark = pytest.mark.slow
 TEXTS = ["how much protein should a female eat", "summit define", "the cat sat on the mat by the river"]
 
 
 @pytest.fixture(scope="module")
-def server():
-    with ServerProcess() as s:
-        yield s
+def server(default_server):
+    return default_server  # conftest.py: shared with the other modules that need no flags
 
 
 def _post(server, path, payload) -> requests.Response:

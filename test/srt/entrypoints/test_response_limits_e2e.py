@@ -20,9 +20,8 @@ JSON = {"Content-Type": "application/json"}
 
 
 @pytest.fixture(scope="module")
-def server():
-    with ServerProcess() as s:
-        yield s
+def server(default_server):
+    return default_server  # conftest.py: shared with the other modules that need no flags
 
 
 def _post(server, path, payload, timeout=120):

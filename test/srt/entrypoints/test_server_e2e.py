@@ -21,9 +21,8 @@ MODEL = "all-MiniLM-L6-v2"
 
 
 @pytest.fixture(scope="module")
-def server():
-    with ServerProcess() as s:
-        yield s
+def server(default_server):
+    return default_server  # conftest.py: shared with the other modules that need no flags
 
 
 @pytest.fixture(scope="module")
