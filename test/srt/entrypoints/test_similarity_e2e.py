@@ -140,6 +140,8 @@ def test_rerank_documents_body_ranks_by_cosine(server, st, path):
     top = _post(server, path, {"query": QUERY, "documents": DOCS, "top_n": 2, "return_documents": False}).json()
     assert [x["index"] for x in top["results"]] == [x["index"] for x in body["results"][:2]]
     assert "document" not in top["results"][0]
+    every = _post(server, path, {"query": QUERY, "documents": DOCS, "top_n": 0}).json()  # vLLM's default: all
+    assert [x["index"] for x in every["results"]] == [x["index"] for x in body["results"]]
 
 
 def test_rerank_teis_texts_body_answers_in_teis_shape(server, st):
@@ -163,7 +165,7 @@ def test_rerank_errors_follow_the_body(server):
     # /v1/rerank's body on /rerank: OpenAI's shape, as /v1/rerank answers
     _openai_error(_post(server, "/rerank", {"query": QUERY, "documents": []}), 400, "documents")
     _openai_error(_post(server, "/rerank", {"query": QUERY, "documents": [1]}), 400, "documents")
-    _openai_error(_post(server, "/rerank", {"query": QUERY, "documents": DOCS, "top_n": 0}), 400, "top_n")
+    _openai_error(_post(server, "/rerank", {"query": QUERY, "documents": DOCS, "top_n": -1}), 400, "top_n")
     # TEI's body: TEI's shape
     assert (
         _tei_error(_post(server, "/rerank", {"query": QUERY, "texts": []}), 400, "Empty") == "`texts` cannot be empty"

@@ -111,7 +111,7 @@ def test_cross_encoder_classify_and_embeddings_give_its_logit(cross_encoder):
     "payload, status, param",
     [
         ({"query": QUERY, "documents": []}, 400, "documents"),
-        ({"query": QUERY, "documents": DOCS, "top_n": 0}, 400, "top_n"),
+        ({"query": QUERY, "documents": DOCS, "top_n": -1}, 400, "top_n"),
         ({"query": "  ", "documents": DOCS}, 400, "query"),
         ({"query": QUERY, "documents": ["ok", ""]}, 400, "documents"),
         ({"query": QUERY, "documents": "not a list"}, 400, "documents"),

@@ -10,6 +10,7 @@ from sglang.srt.frontend.openai.rerank_results import rank_results, rerank_body
 def test_best_first_ties_in_request_order_trimmed_to_top_n():
     scores = [0.2, 0.9, 0.2, -0.5]
     assert [r["index"] for r in rank_results(scores, list("abcd"), None, False)] == [1, 0, 2, 3]
+    assert rank_results(scores, list("abcd"), 0, False) == rank_results(scores, list("abcd"), None, False)  # vLLM's 0
     top = rank_results(scores, list("abcd"), 2, True)
     assert top == [
         {"index": 1, "relevance_score": 0.9, "document": {"text": "b"}},

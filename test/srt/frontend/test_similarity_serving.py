@@ -118,7 +118,7 @@ def test_rerank_embeds_with_the_models_default_prompt():
         (dict(documents=[]), 400, "documents", "cannot be empty"),
         (dict(documents=["a", " "]), 400, "documents", "The document at index 1 is empty"),
         (dict(query=""), 400, "query", "The query is empty"),
-        (dict(top_n=0), 400, "top_n", "at least 1"),
+        (dict(top_n=-1), 400, "top_n", "0 (all documents) or more"),
         (dict(instruction="x"), 400, "instruction", "not to cosine similarity"),
         (dict(model="other"), 404, "model", "does not exist"),
         (dict(query=LONG), 400, "query", "The query at index 0 (300 tokens) is longer"),

@@ -14,11 +14,14 @@ from sglang.srt.errors import EmbeddingError, ErrorKind
 
 
 def check_documents_and_top_n(documents: Sequence[str], top_n: Optional[int]) -> None:
-    """What every /v1/rerank scorer needs of the body: some documents, a positive `top_n`."""
+    """What every /v1/rerank scorer needs of the body: some documents, a `top_n` that is not negative
+    (0 is vLLM's "all of them", its default)."""
     if not documents:
         raise EmbeddingError(ErrorKind.INVALID_REQUEST, "documents cannot be empty.", param="documents")
-    if top_n is not None and top_n < 1:
-        raise EmbeddingError(ErrorKind.INVALID_REQUEST, f"top_n must be at least 1, got {top_n}.", param="top_n")
+    if top_n is not None and top_n < 0:
+        raise EmbeddingError(
+            ErrorKind.INVALID_REQUEST, f"top_n must be 0 (all documents) or more, got {top_n}.", param="top_n"
+        )
 
 
 def rank_results(
@@ -30,11 +33,11 @@ def rank_results(
 ) -> list[dict]:
     """`results`: the documents best first by `order_by` (default: the scores; a cross-encoder
     orders by logit because the sigmoid it reports rounds large logits to the same 1.0), ties in
-    request order, the first `top_n`; each with its index, `relevance_score` and, with
+    request order, the first `top_n` (None or 0: all); each with its index, `relevance_score` and, with
     `return_documents`, its text."""
     keys = scores if order_by is None else order_by
     order = sorted(range(len(documents)), key=lambda i: -keys[i])  # stable: ties keep request order
-    if top_n is not None:
+    if top_n:
         order = order[:top_n]
     results = []
     for i in order:

@@ -25,7 +25,7 @@ from sglang.srt.wire.token_kinds import TOKENS_DOCUMENT, TOKENS_QUERY
 
 def check_vector_rerank(request: RerankRequest, how: str) -> None:
     """What a rerank body must satisfy when the model ranks by its vectors (`how`: MaxSim, cosine)
-    rather than by a prompt: no `instruction`, some documents, a positive `top_n`."""
+    rather than by a prompt: no `instruction`, some documents, a `top_n` that is not negative."""
     if request.instruction is not None:
         raise EmbeddingError(
             ErrorKind.INVALID_REQUEST,

@@ -55,7 +55,7 @@ class RerankRequest(BaseModel):
     query: StrictStr = Field(..., description="The query every document is scored against.")
     documents: list[StrictStr] = Field(..., description="Texts to rank.")
     model: Optional[str] = Field(None, description="Must name the served model when given.")
-    top_n: Optional[StrictInt] = Field(None, description="Return only the best N (default: all).")
+    top_n: Optional[StrictInt] = Field(None, description="Return only the best N (default, or 0 as in vLLM: all).")
     return_documents: StrictBool = Field(True, description="Echo each document's text in its result.")
     instruction: Optional[StrictStr] = Field(
         None,
