@@ -14,6 +14,7 @@ from sglang.srt.frontend.bert_ascii import AsciiBertNormalizer
 from sglang.srt.frontend.plain_encode import PlainEncoder
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.hf_tokenizer import load_tokenizer
+from sglang.srt.utils.off_loop import INLINE_WORK
 from test.helpers.texts import load_texts
 from test.helpers.tiny_models import build_bpe_tokenizer
 from test.helpers.wrapper_ids import wrapper_ids
@@ -56,8 +57,19 @@ def test_only_for_a_bert_normalizer(tmp_path):
 def test_the_corpus_takes_the_python_normalizer_and_gets_the_wrappers_ids(hf_tokenizer):
     texts = [t for t in load_texts() if t.isascii()]
     plain = PlainEncoder.of(hf_tokenizer)
+    for i in range(0, len(texts), 16):  # requests small enough for the event loop ...
+        assert plain.encode(texts[i : i + 16], True, None) == wrapper_ids(hf_tokenizer, texts[i : i + 16])
+    assert plain._words is not None and len(plain._words._cache) > 1000  # ... go word by word (bert_words.py)
+
+
+def test_a_request_for_a_worker_thread_keeps_the_rust_tokenizer(hf_tokenizer):
+    """Over INLINE_WORK characters the request is tokenized off the event loop, where the Rust
+    tokenizer (which releases the GIL) lets the loop run; the words' cache would hold the GIL."""
+    texts = [t for t in load_texts() if t.isascii()]
+    assert sum(map(len, texts)) > INLINE_WORK
+    plain = PlainEncoder.of(hf_tokenizer)
     assert plain.encode(texts, True, None) == wrapper_ids(hf_tokenizer, texts)
-    assert plain._words is not None and len(plain._words._cache) > 1000  # ... word by word (bert_words.py)
+    assert not getattr(plain._words, "_cache", None)  # never made, or made and left empty
 
 
 @pytest.fixture(scope="module")

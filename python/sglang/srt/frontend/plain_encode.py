@@ -14,7 +14,10 @@ always take the wrapper.
 A BERT tokenizer's ASCII texts go one step further: normalized in Python (bert_ascii.py) and read
 by a copy without the normalizer, 40-60 CPU-us less per corpus text for the same ids; and where
 that copy is BERT's WordPiece, word by word from a cache of the words' ids (bert_words.py), ~45
-CPU-us less again.
+CPU-us less again. The cache is Python and holds the GIL, where the Rust tokenizer releases it, so
+it reads only requests small enough to be tokenized on the event loop (utils/off_loop.py's
+INLINE_WORK characters): a bigger one is tokenized in a worker thread by Rust while the loop
+answers other requests.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any, Optional
 
 from sglang.srt.frontend.bert_ascii import AsciiBertNormalizer
 from sglang.srt.frontend.bert_words import BertWordIds
+from sglang.srt.utils.off_loop import INLINE_WORK
 
 try:
     from transformers.tokenization_utils_tokenizers import TokenizersBackend
@@ -101,7 +105,7 @@ class PlainEncoder:
         if not fast:
             return _ids(backend, texts, add_special_tokens)
         out: list[Any] = [None] * len(texts)
-        words = self._bert_words()
+        words = self._bert_words() if sum(map(len, texts)) <= INLINE_WORK else None
         if words is not None:  # the common request: English text, through the words' cache
             for i in fast:
                 out[i] = words.ids(ready[i], add_special_tokens, max_length, side)
