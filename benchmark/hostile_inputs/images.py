@@ -206,16 +206,27 @@ def _measure(server: ServerProcess, label: str, items: list) -> str:
     )
 
 
+def flag_known(python_dir: str, flag: str) -> bool:
+    """Whether the server code under `python_dir` (a checkout's python/) defines `flag`."""
+    args_file = os.path.join(python_dir, "sglang", "srt", "server_args.py")
+    try:
+        with open(args_file) as f:
+            return f'"{flag}"' in f.read()
+    except OSError:
+        return False
+
+
 def memory_probe(gme_dir: str, baseline: Optional[str] = None) -> list[str]:
     """The issue's two memory probes, with the images accepted so that they are decoded: one request
     of 4 x 8000x8000 transparent PNGs (--mm-max-image-pixels raised to let them through), and one
     of 256 URLs to a 5 MB image. RSS of the HTTP process before, at its peak (sampled) and after.
-    `baseline`: a `python/` directory of older code to serve instead (PYTHONPATH), started without
-    the image flags it may not know."""
+    `baseline`: a `python/` directory of older code to serve instead (PYTHONPATH), given those of the
+    two image flags its code knows (code older than a flag accepted such images without it)."""
     big = encode_image(Image.fromarray(np.random.default_rng(3).integers(0, 256, (1290, 1290, 3), np.uint8)))
     args = ["--model-path", gme_dir, "--is-embedding", "--chat-template", "gme-qwen2-vl", "--log-level", "warning"]
-    if baseline is None:
-        args += ["--mm-max-image-pixels", str(8000 * 8000), "--mm-allow-private-urls"]
+    for flag, value in (("--mm-max-image-pixels", str(8000 * 8000)), ("--mm-allow-private-urls", None)):
+        if baseline is None or flag_known(baseline, flag):
+            args += [flag] if value is None else [flag, value]
     env = {"PYTHONPATH": os.path.abspath(baseline)} if baseline else None
     label = f"[{baseline}] " if baseline else ""
     with ImageServer({"/big.png": big}) as host, ServerProcess(*args, env=env) as server:
