@@ -3,27 +3,16 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
+from test.helpers.benchmark_child import ROOT, run_with_benchmarks
 
-ROOT = Path(__file__).resolve().parents[2]
 CHILD = """
-import runpy, sys
-sys.path[:0] = [{root!r}, {root!r} + "/benchmark"]
-flag_known = runpy.run_path({root!r} + "/benchmark/hostile_inputs/images.py", run_name="imported_by_test")["flag_known"]
+flag_known = runpy.run_path("benchmark/hostile_inputs/images.py", run_name="imported_by_test")["flag_known"]
 print(" ".join(str(flag_known(d, f)) for d, f in zip(sys.argv[1::2], sys.argv[2::2])))
 """
 
 
 def known(*pairs: str) -> list[str]:
-    child = subprocess.run(
-        [sys.executable, "-c", CHILD.format(root=str(ROOT)), *pairs],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    child = run_with_benchmarks(CHILD, *pairs)
     assert child.returncode == 0, child.stderr[-4000:]
     return child.stdout.split()
 

@@ -5,16 +5,12 @@ is executed under a name other than __main__, in one child process (one import o
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
+from test.helpers.benchmark_child import ROOT, run_with_benchmarks
 
-ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "benchmark").rglob("*.py"))
 
 CHILD = """
-import runpy, sys, traceback
-sys.path[:0] = [{root!r}, {root!r} + "/benchmark"]
+import traceback
 failed = []
 for path in sys.argv[1:]:
     try:
@@ -28,11 +24,5 @@ sys.exit(1 if failed else 0)
 
 def test_every_benchmark_script_imports():
     assert len(SCRIPTS) > 20, SCRIPTS  # found them
-    child = subprocess.run(
-        [sys.executable, "-c", CHILD.format(root=str(ROOT)), *SCRIPTS],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    child = run_with_benchmarks(CHILD, *SCRIPTS)
     assert child.returncode == 0, child.stdout + child.stderr[-4000:]
