@@ -19,9 +19,10 @@ handled here. The cache holds at most MAX_WORDS words and starts over when full,
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Optional
+
+from tokenizers import models, pre_tokenizers
 
 MAX_WORDS = 1 << 16  # ~10 MB of words and their ids; English text needs a few thousand
 
@@ -29,14 +30,6 @@ MAX_WORDS = 1 << 16  # ~10 MB of words and their ids; English text needs a few t
 # every punctuation character (for ASCII: the 32 of string.punctuation).
 _PUNCT = re.escape("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 _WORDS = re.compile(f"[^ \\t\\n\\x0b\\x0c\\r{_PUNCT}]+|[{_PUNCT}]")
-
-
-def _kind(component: Any) -> Optional[str]:
-    try:
-        state = json.loads(component.__getstate__())
-    except (AttributeError, TypeError, ValueError):
-        return None
-    return state.get("type") if isinstance(state, dict) else None
 
 
 class BertWordIds:
@@ -53,7 +46,9 @@ class BertWordIds:
         """For a copy whose pre-tokenizer is BertPreTokenizer and whose model is WordPiece, with
         the special tokens its post-processor puts around a single text; else None (also for a
         copy that pads or truncates: this class does the truncation itself)."""
-        if _kind(words.pre_tokenizer) != "BertPreTokenizer" or _kind(words.model) != "WordPiece":
+        if not isinstance(words.pre_tokenizer, pre_tokenizers.BertPreTokenizer):
+            return None
+        if not isinstance(words.model, models.WordPiece):
             return None
         if words.padding is not None or words.truncation is not None:
             return None

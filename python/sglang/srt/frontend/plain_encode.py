@@ -23,6 +23,7 @@ answers other requests.
 from __future__ import annotations
 
 import copy
+import functools
 import threading
 from typing import Any, Optional
 
@@ -48,7 +49,6 @@ class PlainEncoder:
         self._ascii = AsciiBertNormalizer.of(backend)
         self._copies: dict[tuple[Optional[int], str, bool], Any] = {}  # (max_length, side, normalized)
         self._lock = threading.Lock()
-        self._words: Any = False if self._ascii is not None else None  # False: not made yet
 
     @classmethod
     def of(cls, tokenizer: Any) -> Optional["PlainEncoder"]:
@@ -105,7 +105,7 @@ class PlainEncoder:
         if not fast:
             return _ids(backend, texts, add_special_tokens)
         out: list[Any] = [None] * len(texts)
-        words = self._bert_words() if sum(map(len, texts)) <= INLINE_WORK else None
+        words = self._words if sum(map(len, texts)) <= INLINE_WORK else None
         if words is not None:  # the common request: English text, through the words' cache
             for i in fast:
                 out[i] = words.ids(ready[i], add_special_tokens, max_length, side)
@@ -118,12 +118,11 @@ class PlainEncoder:
                     out[i] = ids
         return out
 
-    def _bert_words(self) -> Optional[BertWordIds]:
+    @functools.cached_property
+    def _words(self) -> Optional[BertWordIds]:
         """The words' cache over a copy without normalizer or truncation, made on first use (its
         own copy: it is not one of the truncation settings MAX_SETTINGS counts)."""
-        if self._words is False:
-            self._words = BertWordIds.of(self._copy(None, "right", True))
-        return self._words
+        return BertWordIds.of(self._copy(None, "right", True)) if self._ascii is not None else None
 
 
 def _ids(backend: Any, texts: list, add_special_tokens: bool) -> list[list[int]]:
