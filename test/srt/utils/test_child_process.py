@@ -7,9 +7,11 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 
 import pytest
+import zmq
 
 from sglang.srt.entrypoints.engine_processes import describe_exit, wait_ready
 from sglang.srt.errors import ConfigError
@@ -26,6 +28,22 @@ def _child(parent_pid: int, ipc_dir: str, ready=None) -> None:
         ready.set()  # its handlers are installed
     while True:
         time.sleep(0.05)
+
+
+def _idle_loop_signal_elsewhere(parent_pid: int, ipc_dir: str, ready, register_wakeup: bool) -> None:
+    """A main thread blocked in a poll with no timeout (an idle scheduler) while the kernel must hand
+    SIGTERM to another thread: the main thread blocks it, a helper thread does not."""
+    wakeup = prepare_child_process(parent_pid, ipc_dir)
+    threading.Thread(target=lambda: time.sleep(3600), daemon=True).start()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    poller = zmq.Poller()
+    idle = zmq.Context().socket(zmq.PULL)  # no peer: never readable
+    poller.register(idle, zmq.POLLIN)
+    if register_wakeup:
+        poller.register(wakeup, zmq.POLLIN)
+    ready.set()
+    while True:
+        wakeup.woke(poller.poll())
 
 
 def _middle(ipc_dir: str, conn, ready) -> None:
@@ -64,6 +82,31 @@ def test_sigterm_is_ignored_until_the_parent_marks_stopping():
     finally:
         if p.is_alive():
             p.kill()
+        shutil.rmtree(ipc_dir, ignore_errors=True)
+
+
+@pytest.mark.parametrize("register_wakeup", [True, False])
+def test_a_stop_reaches_a_main_thread_asleep_in_a_poll(register_wakeup):
+    """CPython runs the SIGTERM handler in the main thread only; taken by another thread, the
+    signal wakes the poll through the SignalWakeup socket (without it, the poll sleeps on)."""
+    ipc_dir = tempfile.mkdtemp(prefix="sglang-childtest-")
+    ctx = mp.get_context("spawn")
+    ready = ctx.Event()
+    p = ctx.Process(target=_idle_loop_signal_elsewhere, args=(os.getpid(), ipc_dir, ready, register_wakeup))
+    p.start()
+    try:
+        assert ready.wait(60)
+        mark_stopping(ipc_dir)
+        p.terminate()
+        p.join(3.0)
+        if register_wakeup:
+            assert p.exitcode == 0
+        else:  # the control: the same child without the socket in its poller does not stop
+            assert p.is_alive()
+    finally:
+        if p.is_alive():
+            p.kill()
+            p.join(5)
         shutil.rmtree(ipc_dir, ignore_errors=True)
 
 

@@ -110,7 +110,7 @@ def output_log_extra(out: BatchEmbeddingOutput, worker_id: Optional[int] = None)
 
 def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, ready_pipe, parent_pid: int) -> None:
     on_stop: list = []
-    prepare_child_process(parent_pid, port_args.ipc_dir, on_stop)
+    wakeup = prepare_child_process(parent_pid, port_args.ipc_dir, on_stop)
     configure_logging(server_args.log_level, "detokenizer", server_args.log_format)
     tracing = Tracing.start(server_args.enable_trace, server_args.otlp_traces_endpoint, "detokenizer")
     on_stop.append(tracing.shutdown)
@@ -128,7 +128,14 @@ def run_detokenizer_process(server_args: ServerArgs, port_args: PortArgs, ready_
         server_args.tokenizer_path, server_args.trust_remote_code, server_args.tokenizer_class
     )
     freeze_startup_objects()
+    poller = zmq.Poller()
+    poller.register(recv, zmq.POLLIN)
+    poller.register(wakeup, zmq.POLLIN)  # a signal taken by another thread must still wake the wait
     while True:
+        ready = poller.poll()
+        wakeup.woke(ready)
+        if not any(entry is recv for entry, _ in ready):
+            continue
         frames = recv.recv_multipart(copy=False)
         heartbeat.set_pending(1)
         try:

@@ -24,7 +24,7 @@ from sglang.srt.utils.gc_freeze import freeze_startup_objects
 from sglang.srt.utils.heartbeat import Heartbeat, heartbeat_interval, stage_name
 from sglang.srt.utils.logging_utils import configure_logging
 from sglang.srt.utils.network import PortArgs, make_socket
-from sglang.srt.utils.process import prepare_child_process, set_process_name
+from sglang.srt.utils.process import SignalWakeup, prepare_child_process, set_process_name
 from sglang.srt.utils.tracing import Tracing
 from sglang.srt.wire.io_struct import AbortReq, BatchTokenizedEmbeddingReqInput
 from sglang.srt.wire.msgcodec import decode, send
@@ -43,7 +43,7 @@ def run_scheduler_process(
     """One scheduler replica (`slot`: its dp_rank and, on CPU, its cores; None: the only one)."""
     slot = slot or ReplicaSlot()
     on_stop: list = []
-    prepare_child_process(parent_pid, port_args.ipc_dir, on_stop)
+    wakeup = prepare_child_process(parent_pid, port_args.ipc_dir, on_stop)
     if slot.dp_size > 1:  # ps/top keep 15 bytes: sglang-sched-1 rather than sglang-schedule for all
         set_process_name(f"sglang-sched-{slot.dp_rank}")
     configure_logging(server_args.log_level, replica_name(slot), server_args.log_format)
@@ -73,7 +73,7 @@ def run_scheduler_process(
     # one series per model and replica (--dp-size)
     metrics = SchedulerMetrics(server_args.served_model_name, {"dp_rank": slot.dp_rank})
     freeze_startup_objects()  # the model and torch's modules: a full collection stalled a batch ~0.15 s
-    SchedulerLoop(scheduler, recv, send, memory, metrics, heartbeat).run_forever()
+    SchedulerLoop(scheduler, recv, send, memory, metrics, heartbeat, wakeup).run_forever()
 
 
 def replica_name(slot: ReplicaSlot) -> str:
@@ -90,6 +90,7 @@ class SchedulerLoop:
         memory: Optional[SchedulerMemory] = None,
         metrics: Optional[SchedulerMetrics] = None,
         heartbeat: Optional[Heartbeat] = None,
+        wakeup: Optional[SignalWakeup] = None,
     ) -> None:
         self.scheduler = scheduler
         self.recv = recv
@@ -99,6 +100,9 @@ class SchedulerLoop:
         self.heartbeat = heartbeat
         self.poller = zmq.Poller()
         self.poller.register(recv, zmq.POLLIN)
+        self.wakeup = wakeup  # a signal taken by another thread must still wake the poll
+        if wakeup is not None:
+            self.poller.register(wakeup, zmq.POLLIN)
 
     def _drain(self) -> None:
         while True:
@@ -137,7 +141,10 @@ class SchedulerLoop:
         release_after = self.memory.idle_release_s() if wait is None else None
         timeout = wait if release_after is None else release_after
         timeout_ms = -1 if timeout is None else max(0, int(timeout * 1000))
-        if not self.poller.poll(timeout_ms) and release_after is not None:
+        ready = self.poller.poll(timeout_ms)
+        if self.wakeup is not None:
+            self.wakeup.woke(ready)  # a signal's handler ran as the poll returned
+        if not ready and release_after is not None:
             self.memory.release()
             return None
         self._drain()

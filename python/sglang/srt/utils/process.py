@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import sys
 import threading
 import time
@@ -91,11 +92,47 @@ def watch_parent(parent_pid: int, ipc_dir: Optional[str] = None, interval: float
     threading.Thread(target=_run, name="parent-watch", daemon=True).start()
 
 
+class SignalWakeup:
+    """A socket that turns readable when a signal reaches this process, for a loop's poller.
+
+    CPython runs a Python signal handler in the main thread, at its next bytecode. When the kernel
+    hands the signal to another thread (a library's worker: torch's, the tokenizer's), a main thread
+    blocked in a poll sleeps on until its timeout: a scheduler idle in zmq's poll took 2 s to stop,
+    or was killed after 5 s. CPython writes every signal's number to the wakeup fd, whichever thread
+    took it; with the reading end in the poller the poll returns and the handler runs.
+    """
+
+    def __init__(self) -> None:
+        self._reader, self._writer = socket.socketpair()
+        self._reader.setblocking(False)
+        self._writer.setblocking(False)
+        signal.set_wakeup_fd(self._writer.fileno(), warn_on_full_buffer=False)
+
+    def fileno(self) -> int:
+        return self._reader.fileno()
+
+    def woke(self, ready: list) -> bool:
+        """Whether a zmq Poller's `ready` list names this socket (by its fd, as pyzmq gives a
+        non-zmq entry back); if so, what the signals wrote is read so that it is not seen again."""
+        if not any(entry == self.fileno() for entry, _ in ready):
+            return False
+        self._drain()
+        return True
+
+    def _drain(self) -> None:
+        try:
+            while self._reader.recv(4096):
+                pass
+        except (BlockingIOError, InterruptedError):
+            pass
+
+
 def prepare_child_process(
     parent_pid: int, ipc_dir: Optional[str] = None, on_stop: Optional[list[Callable[[], None]]] = None
-) -> None:
+) -> SignalWakeup:
     """Common set-up for the scheduler and detokenizer processes. `on_stop`: callables (the caller
-    may add to the list later) run before a requested stop exits, e.g. to flush queued trace spans."""
+    may add to the list later) run before a requested stop exits, e.g. to flush queued trace spans.
+    The SignalWakeup returned belongs in the process's poller (see its doc)."""
     import multiprocessing
 
     set_process_name(multiprocessing.current_process().name)  # "sglang-scheduler" -> ps: sglang-schedule
@@ -118,8 +155,10 @@ def prepare_child_process(
         logger.info("SIGTERM ignored: the server process finishes its requests first, then stops this one")
 
     signal.signal(signal.SIGTERM, on_sigterm)
+    wakeup = SignalWakeup()
     set_parent_death_signal(signal.SIGTERM)
     watch_parent(parent_pid, ipc_dir)
+    return wakeup
 
 
 def terminate_processes(procs, timeout: float = 5.0) -> None:
