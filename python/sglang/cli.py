@@ -56,17 +56,21 @@ def serve(argv: Sequence[str], prog: str = "sglang serve") -> int:
         argv, environ = sagemaker_mode(argv, os.environ)
         server_args = parse_serve_args(argv, environ, prog=prog)
         from sglang.srt.configs.served_models import plan_models
-        from sglang.srt.entrypoints.model_check import check_models_in_child
+        from sglang.srt.entrypoints.model_check import ModelCheck
 
         # Every model's options, then model problems (unsupported architecture, missing
-        # --is-embedding, uncached hub id, two models claiming one name, ...) end start-up here, as
-        # one line, before the server's processes start or anything is logged. The check runs in a
-        # child process: reading a config imports torch, which this one avoids.
+        # --is-embedding, uncached hub id, two models claiming one name, ...) end start-up as one
+        # line, before the server runs anything or logs a line. The check runs in a child process
+        # (reading a config imports torch, which this one avoids) while this one imports the HTTP
+        # stack and the engine's processes import theirs (launch_server waits for its verdict).
         models = plan_models(server_args)
-        check_models_in_child(models)
-        from sglang.srt.entrypoints.launch import launch_server
-
-        return launch_server(server_args, models)
+        check = ModelCheck(models)
+        try:
+            from sglang.srt.entrypoints.launch import launch_server
+        except BaseException:
+            check.cancel()
+            raise
+        return launch_server(server_args, models, check)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

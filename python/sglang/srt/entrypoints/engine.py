@@ -64,9 +64,14 @@ class Engine:
     def __init__(self, model_path: Union[str, list[str], None] = None, is_embedding: bool = True, **kwargs) -> None:
         self.server_args = ServerArgs(model_path=model_path, is_embedding=is_embedding, **kwargs)
         models = plan_models(self.server_args)
-        for args in models:  # config problems surface here, before any process starts
-            check_model(args)
         self._processes = ServerProcesses(self.server_args, models)
+        self._processes.prestart()  # they import torch and the model code while the models are checked
+        try:
+            for args in models:  # config problems surface here, before any process runs
+                check_model(args)
+        except BaseException:
+            self._processes.shutdown()
+            raise
         args = self.server_args
         self._tracing = Tracing.start(args.enable_trace, args.otlp_traces_endpoint, "engine")
         self._closed = False

@@ -18,6 +18,7 @@ from multiprocessing.connection import wait as mp_wait
 from typing import Callable, Optional
 
 from sglang.srt.configs.model_info import ModelInfo, ReplicaInfo
+from sglang.srt.entrypoints.child_start import StartingChild, start_child
 from sglang.srt.errors import ConfigError
 from sglang.srt.model_executor.replica_slots import plan_slots
 from sglang.srt.renderer.detokenizer_manager import run_detokenizer_process
@@ -29,6 +30,10 @@ from sglang.srt.utils.network import PortArgs
 from sglang.srt.utils.process import mark_stopping, terminate_processes
 
 logger = logging.getLogger(__name__)
+# What a scheduler imports while the model is checked: torch, the model code, and transformers'
+# config machinery (its first AutoConfig scans every model module's exports: ~1.4 s). What is left
+# for it once told to run is loading the weights (MiniLM: ~0.2 s).
+SCHEDULER_PRELOAD = ("torch", "sglang.srt.model_executor.model_runner", "transformers.models.auto.configuration_auto")
 
 
 class EngineProcesses:
@@ -47,6 +52,9 @@ class EngineProcesses:
         self._stopping = False  # shutdown() is stopping the children
         self._draining = False  # SIGTERM/SIGINT: the HTTP processes finish their requests first
         self._watcher: Optional[threading.Thread] = None
+        self._starting: list[StartingChild] = []  # prestart()ed, not told to run yet
+        self._allocator_plan = plan_allocator(server_args.cpu_allocator)
+        self._slots = plan_slots(server_args.dp_size)
 
     def start(self) -> ModelInfo:
         """Spawn the scheduler replica(s) and the detokenizer, block until all report READY, and
@@ -54,34 +62,39 @@ class EngineProcesses:
         self.spawn()
         return self.wait_ready()
 
+    def prestart(self) -> None:
+        """Start the processes importing torch and the model code while the caller still checks
+        the model (entrypoints/child_start.py); spawn() tells them to go, shutdown() stops them."""
+        if not self._starting:
+            self._starting = [start_child(*spec) for spec in self._child_specs()]
+
     def spawn(self) -> None:
         """Start the processes without waiting for them (a server with several models loads them
         side by side, then waits: entrypoints/server_processes.py)."""
-        ctx = mp.get_context("spawn")
-        plan = plan_allocator(self.server_args.cpu_allocator)
-        slots = plan_slots(self.server_args.dp_size)
-        scheduler_env = scheduler_environment(plan)  # the allocator's preload, OpenMP's spin count
-        targets = [
-            (f"sglang-{replica_name(slot)}", run_scheduler_process, (slot, plan), scheduler_env) for slot in slots
-        ]
-        targets.append(("sglang-detokenizer", run_detokenizer_process, (), {}))
         try:
-            for name, target, extra, env in targets:
-                reader, writer = ctx.Pipe(duplex=False)
-                proc = ctx.Process(
-                    target=target,
-                    name=name,
-                    args=(self.server_args, self.port_args, writer, os.getpid(), *extra),
-                    daemon=True,
-                )
-                with child_environment(env):
-                    proc.start()
-                writer.close()
-                self.procs.append(proc)
-                self._readers[name] = (reader, proc)
+            children = self._starting or [start_child(*spec) for spec in self._child_specs()]
+            self._starting = []
+            for child, extra in zip(children, self._child_kwargs()):
+                self.procs.append(child.proc)
+                self._readers[child.name] = (child.ready, child.proc)
+                child.run(server_args=self.server_args, port_args=self.port_args, parent_pid=os.getpid(), **extra)
         except BaseException:
             self.kill()
             raise
+
+    def _child_specs(self) -> list[tuple]:
+        """start_child's (name, target, environment, preload) per process: replicas in rank order,
+        then the detokenizer."""
+        scheduler_env = scheduler_environment(self._allocator_plan)  # the allocator's preload, OpenMP's spin count
+        specs = [
+            (f"sglang-{replica_name(slot)}", run_scheduler_process, scheduler_env, SCHEDULER_PRELOAD)
+            for slot in self._slots
+        ]
+        return specs + [("sglang-detokenizer", run_detokenizer_process, {}, ())]
+
+    def _child_kwargs(self) -> list[dict]:
+        """What each process of _child_specs gets besides the model, sockets and parent."""
+        return [{"slot": slot, "allocator_plan": self._allocator_plan} for slot in self._slots] + [{}]
 
     def wait_ready(self) -> ModelInfo:
         """Block until every spawned process reported READY (a ConfigError and a full stop if one
@@ -158,6 +171,7 @@ class EngineProcesses:
         """SIGKILL whatever is left of these processes, keeping the sockets' directory: a failed
         start-up (the caller stops the rest), or a dead model's engine about to be started again."""
         self._stopping = True
+        self._discard_starting()
         for p in self.procs:
             if p.is_alive():
                 p.kill()
@@ -167,9 +181,15 @@ class EngineProcesses:
             reader.close()
         self._readers.clear()
 
+    def _discard_starting(self) -> None:
+        for child in self._starting:
+            child.discard()
+        self._starting = []
+
     def shutdown(self) -> None:
         """Stop the scheduler(s) and the detokenizer and remove the sockets (idempotent)."""
         self._stopping = True
+        self._discard_starting()
         mark_stopping(self.port_args.ipc_dir)
         terminate_processes(self.procs)
         for reader, _ in self._readers.values():

@@ -1,7 +1,9 @@
 """The server's launch sequence: listen, start every model's engine processes and the extra HTTP
 workers, serve the app until a signal or the engines' death, then stop everything.
 
-`sglang serve` (cli.py) calls `launch_server` once the flags and the model(s) have been checked.
+`sglang serve` (cli.py) calls `launch_server` once the flags have been checked, with the model
+check running in its child: the engine's processes start importing meanwhile (prestart), and are
+told to run once the check has passed.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Optional
 
 from sglang.srt.configs.served_models import plan_models
 from sglang.srt.entrypoints.http_worker import run_http_worker_process
+from sglang.srt.entrypoints.model_check import ModelCheck
 from sglang.srt.entrypoints.server_processes import ServerProcesses
 from sglang.srt.errors import ConfigError
 from sglang.srt.frontend.http.host_guard import is_loopback
@@ -34,26 +37,38 @@ from sglang.srt.utils.logging_utils import configure_logging
 logger = logging.getLogger(__name__)
 
 
-def launch_server(server_args: ServerArgs, models: Optional[list[ServerArgs]] = None) -> int:
+def launch_server(
+    server_args: ServerArgs, models: Optional[list[ServerArgs]] = None, check: Optional[ModelCheck] = None
+) -> int:
     """Run the server until Ctrl-C / SIGTERM (exit 0) or its engines die (exit 1): with several
     models, one model's death fails only that model's requests until its engine is started again;
-    the server exits when all are dead at once."""
+    the server exits when all are dead at once. `check`: the model check cli.py started, whose
+    verdict comes before anything else is done (None: the caller checked the models)."""
     configure_logging(server_args.log_level, fmt=server_args.log_format)
-    check_tls(server_args)
     models = models or plan_models(server_args)
     workers = server_args.tokenizer_worker_num
-    try:
-        sock = make_listen_socket(server_args.host, server_args.port, reuse_port=workers > 1)
-    except OSError as e:
-        raise ConfigError(f"Cannot listen on {server_args.host}:{server_args.port}: {e.strerror}") from e
-    if not is_loopback(server_args.host) and not server_args.api_key:
-        logger.warning(
-            "listening on %s without --api-key: anyone who can reach the port may use the server", server_args.host
-        )
     processes = ServerProcesses(server_args, models)
     # Every process of this server (spawned from here on) writes its metrics here; any HTTP
     # worker's /metrics adds them up. Inside the private IPC directory: new now, removed at exit.
     enable_multiprocess(os.path.join(processes.ipc_dir, "metrics"))
+    try:
+        processes.prestart()  # the engine's processes import torch while the model is checked
+        if check is not None:
+            check.wait()  # a bad model's one line comes first, as before anything else
+        check_tls(server_args)
+        try:
+            sock = make_listen_socket(server_args.host, server_args.port, reuse_port=workers > 1)
+        except OSError as e:
+            raise ConfigError(f"Cannot listen on {server_args.host}:{server_args.port}: {e.strerror}") from e
+    except BaseException:
+        if check is not None:
+            check.cancel()
+        processes.shutdown()
+        raise
+    if not is_loopback(server_args.host) and not server_args.api_key:
+        logger.warning(
+            "listening on %s without --api-key: anyone who can reach the port may use the server", server_args.host
+        )
     logger.info("starting the engine for %s", ", ".join(m.model_path for m in models))
     exit_code = 0
     try:

@@ -22,30 +22,44 @@ from sglang.srt.server_args import ServerArgs
 def check_model_in_child(server_args: ServerArgs) -> None:
     """Raise the child's ConfigError, or set `server_args.tokenizer_class` (None: load through
     AutoTokenizer, e.g. a tokenizer with custom code or one that did not load in the check)."""
-    check_models_in_child([server_args])
+    ModelCheck([server_args]).wait()
 
 
-def check_models_in_child(models: list[ServerArgs]) -> None:
-    """check_model_in_child for every model of a server, in one child (torch is imported once); the
-    error of a server with several models names the model."""
-    ctx = mp.get_context("spawn")
-    reader, writer = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_check_all, args=(models, writer), name="sglang-model-check", daemon=True)
-    proc.start()
-    writer.close()
-    try:
-        msg = reader.recv()
-    except EOFError:
-        proc.join()
-        raise ConfigError(f"The model check exited before answering ({describe_exit(proc.exitcode)})") from None
-    finally:
-        reader.close()
-    proc.join()
-    for server_args, answer in zip(models, msg):
-        if answer["status"] != "ok":
-            named = f"model {server_args.served_model_name}: " if len(models) > 1 else ""
-            raise ConfigError(named + answer["message"])
-        server_args.tokenizer_class = answer["tokenizer_class"]
+class ModelCheck:
+    """check_model_in_child for every model of a server, in one child (torch is imported once),
+    started at once and answered by wait(): the server starts its engine processes meanwhile."""
+
+    def __init__(self, models: list[ServerArgs]) -> None:
+        self.models = models
+        ctx = mp.get_context("spawn")
+        self._reader, writer = ctx.Pipe(duplex=False)
+        self._proc = ctx.Process(target=_check_all, args=(models, writer), name="sglang-model-check", daemon=True)
+        self._proc.start()
+        writer.close()
+
+    def wait(self) -> None:
+        """The verdict: a ConfigError (naming the model, for a server with several), or every
+        model's tokenizer_class set."""
+        try:
+            msg = self._reader.recv()
+        except EOFError:
+            self._proc.join()
+            raise ConfigError(f"The model check exited before answering ({describe_exit(self._proc.exitcode)})") from None
+        finally:
+            self._reader.close()
+        self._proc.join()
+        for server_args, answer in zip(self.models, msg):
+            if answer["status"] != "ok":
+                named = f"model {server_args.served_model_name}: " if len(self.models) > 1 else ""
+                raise ConfigError(named + answer["message"])
+            server_args.tokenizer_class = answer["tokenizer_class"]
+
+    def cancel(self) -> None:
+        """Start-up failed for another reason first: stop the check without waiting for it."""
+        self._reader.close()
+        if self._proc.is_alive():
+            self._proc.terminate()
+        self._proc.join(5.0)
 
 
 def _check_all(models: list[ServerArgs], pipe: Connection) -> None:

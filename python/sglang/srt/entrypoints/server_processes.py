@@ -61,6 +61,12 @@ class ServerProcesses:
         """The server's own directory (the first model's): metrics files, the HTTP workers' parent watch."""
         return self.engines[0].port_args.ipc_dir
 
+    def prestart(self) -> None:
+        """Every model's engine processes begin importing torch and the model code, and wait to be
+        told to run (EngineProcesses.prestart); start() tells them, shutdown() stops them."""
+        for engine in self.engines:
+            engine.prestart()
+
     def start(self) -> list[ServedModel]:
         """Start every model's engine and wait until all are ready (all stopped if one fails)."""
         together = len(self.engines) > 1 and fits_in_memory([e.server_args for e in self.engines])

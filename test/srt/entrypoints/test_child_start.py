@@ -1,0 +1,88 @@
+"""Engine children started early: they import, wait, and run only once told (child_start.py)."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import sys
+
+import pytest
+
+import sglang
+from sglang.srt.entrypoints.child_start import start_child
+from sglang.srt.entrypoints.engine_processes import SCHEDULER_PRELOAD, EngineProcesses
+from sglang.srt.errors import ConfigError
+from sglang.srt.server_args import ServerArgs
+
+pytestmark = pytest.mark.slow  # every test here spawns child processes
+
+
+def _report(ready_pipe, **kwargs) -> None:
+    """A target: what it was given, whether the preloaded module was there before it ran, and the
+    environment it was started with."""
+    preloaded = "colorsys" in sys.modules
+    ready_pipe.send({"status": "ready", "kwargs": kwargs, "preloaded": preloaded, "env": os.environ.get("SGLANG_TEST_ENV")})
+    ready_pipe.close()
+
+
+def _write_file(ready_pipe, path: str) -> None:
+    with open(path, "w") as f:
+        f.write("ran")
+
+
+def test_a_child_imports_first_and_runs_its_target_with_what_it_is_told():
+    child = start_child("sglang-test-child", _report, {"SGLANG_TEST_ENV": "set"}, ("colorsys",))
+    try:
+        assert child.proc.is_alive()  # waiting to be told
+        child.run(server_args="a", port_args="b", parent_pid=os.getpid(), slot=3)
+        msg = child.ready.recv()
+        assert msg == {
+            "status": "ready",
+            "kwargs": {"server_args": "a", "port_args": "b", "parent_pid": os.getpid(), "slot": 3},
+            "preloaded": True,
+            "env": "set",
+        }
+        assert "SGLANG_TEST_ENV" not in os.environ  # set for the child's start only
+        child.proc.join(10)
+        assert child.proc.exitcode == 0
+    finally:
+        child.discard()
+
+
+def test_a_child_never_told_runs_nothing_and_exits(tmp_path):
+    marker = tmp_path / "ran"
+    child = start_child("sglang-test-child", _write_file, {}, ("colorsys",))
+    child.go.close()  # what the child sees when the server process is gone before telling it
+    child.proc.join(60)
+    assert child.proc.exitcode == 0 and not marker.exists()
+    with pytest.raises(EOFError):
+        child.ready.recv()
+
+
+def test_discard_stops_a_child_at_once_and_a_bad_preload_does_not_stop_one():
+    early = start_child("sglang-test-child", _report, {}, SCHEDULER_PRELOAD)
+    early.discard()  # still importing torch
+    assert early.proc.exitcode is not None
+    child = start_child("sglang-test-child", _report, {}, ("sglang_no_such_module", "colorsys"))
+    try:
+        child.run(parent_pid=1)
+        assert child.ready.recv()["preloaded"] is True
+    finally:
+        child.discard()
+
+
+def test_prestarted_engine_processes_stop_with_their_directory_on_shutdown():
+    engine = EngineProcesses(ServerArgs())
+    engine.prestart()
+    names = sorted(p.name for p in mp.active_children())
+    assert names == ["sglang-detokenizer", "sglang-scheduler"]
+    engine.shutdown()
+    assert not mp.active_children()
+    assert not os.path.exists(engine.port_args.ipc_dir)
+
+
+def test_an_engine_whose_model_fails_its_check_leaves_no_process(tmp_path):
+    (tmp_path / "config.json").write_text('{"architectures": ["FancyNewModel"], "model_type": "bert"}')
+    with pytest.raises(ConfigError, match="FancyNewModel is not supported"):
+        sglang.Engine(model_path=str(tmp_path))
+    assert not mp.active_children()
