@@ -21,7 +21,8 @@ def _report(ready_pipe, **kwargs) -> None:
     """A target: what it was given, whether the preloaded module was there before it ran, and the
     environment it was started with."""
     preloaded = "colorsys" in sys.modules
-    ready_pipe.send({"status": "ready", "kwargs": kwargs, "preloaded": preloaded, "env": os.environ.get("SGLANG_TEST_ENV")})
+    env = os.environ.get("SGLANG_TEST_ENV")
+    ready_pipe.send({"status": "ready", "kwargs": kwargs, "preloaded": preloaded, "env": env})
     ready_pipe.close()
 
 

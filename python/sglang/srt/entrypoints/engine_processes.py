@@ -24,7 +24,7 @@ from sglang.srt.model_executor.replica_slots import plan_slots
 from sglang.srt.renderer.detokenizer_manager import run_detokenizer_process
 from sglang.srt.scheduler.scheduler_process import replica_name, run_scheduler_process
 from sglang.srt.server_args import ServerArgs
-from sglang.srt.utils.allocator import AllocatorPlan, child_environment, openmp_wait_env, plan_allocator
+from sglang.srt.utils.allocator import AllocatorPlan, openmp_wait_env, plan_allocator
 from sglang.srt.utils.heartbeat import HeartbeatReader, heartbeat_interval
 from sglang.srt.utils.network import PortArgs
 from sglang.srt.utils.process import mark_stopping, terminate_processes

@@ -44,7 +44,8 @@ class ModelCheck:
             msg = self._reader.recv()
         except EOFError:
             self._proc.join()
-            raise ConfigError(f"The model check exited before answering ({describe_exit(self._proc.exitcode)})") from None
+            died = describe_exit(self._proc.exitcode)
+            raise ConfigError(f"The model check exited before answering ({died})") from None
         finally:
             self._reader.close()
         self._proc.join()
