@@ -101,6 +101,8 @@ def main() -> None:
     for name, _ in variants:
         med = {k: statistics.median(row[k] for row in rows[name]) for k in keys}
         print(f"{name:<10}" + "".join(f"{f'{med[k]:.2f} ({med[k] / base[k]:.2f}x)':>22}" for k in keys))
+    # A stop is quick or waits for a timeout: its worst case says more than its median.
+    print("slowest stop: " + ", ".join(f"{name} {max(r['stop_s'] for r in rows[name]):.2f} s" for name, _ in variants))
     if args.output_json:
         with open(args.output_json, "w") as f:
             json.dump(rows, f, indent=1)
