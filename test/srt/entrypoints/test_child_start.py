@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import sys
+import time
 
 import pytest
 
 import sglang
 from sglang.srt.entrypoints.child_start import start_child
 from sglang.srt.entrypoints.engine_processes import SCHEDULER_PRELOAD, EngineProcesses
+from sglang.srt.entrypoints.server_processes import ServerProcesses
 from sglang.srt.errors import ConfigError
 from sglang.srt.server_args import ServerArgs
 
@@ -80,6 +83,19 @@ def test_prestarted_engine_processes_stop_with_their_directory_on_shutdown():
     engine.shutdown()
     assert not mp.active_children()
     assert not os.path.exists(engine.port_args.ipc_dir)
+
+
+def test_a_server_prestarts_its_extra_http_workers_and_stops_them_unrun(tmp_path):
+    processes = ServerProcesses(ServerArgs(tokenizer_worker_num=3), [ServerArgs(tokenizer_worker_num=3)])
+    processes.prestart(_write_file)
+    children = {p.name: p for p in mp.active_children()}
+    assert sorted(children) == ["sglang-detokenizer", "sglang-http-1", "sglang-http-2", "sglang-scheduler"]
+    time.sleep(1.0)
+    os.kill(children["sglang-http-1"].pid, signal.SIGINT)  # Ctrl-C reaches the group during start-up
+    time.sleep(0.5)
+    assert children["sglang-http-1"].is_alive()  # the server process stops its children itself
+    processes.shutdown()
+    assert not mp.active_children()
 
 
 def test_an_engine_whose_model_fails_its_check_leaves_no_process(tmp_path):

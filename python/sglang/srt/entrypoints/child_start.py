@@ -8,7 +8,8 @@ the tokenizer class the check found). Started before the check, the two imports 
 instead of following each other. A child told nothing (`discard`, or its parent gone) exits
 without having run anything, so a bad model still ends start-up with the check's one line.
 
-Every engine child starts this way (a restart too, told at once), so there is one start path.
+Every engine child and extra HTTP worker starts this way (a restart too, told at once), so there is
+one start path.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import multiprocessing as mp
+import signal
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Sequence
 
@@ -69,6 +71,9 @@ def start_child(
 
 def wait_then_run(target: Callable[..., None], preload: tuple[str, ...], go: Connection, ready: Connection) -> None:
     """The child's entry: import, wait for the arguments, run the target (which owns `ready`)."""
+    # Ctrl-C reaches the whole process group; the server process stops its children itself (every
+    # target ignores SIGINT too), so an interrupted start-up prints no traceback per child.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     for module in preload:
         try:
             importlib.import_module(module)

@@ -52,7 +52,7 @@ def launch_server(
     # worker's /metrics adds them up. Inside the private IPC directory: new now, removed at exit.
     enable_multiprocess(os.path.join(processes.ipc_dir, "metrics"))
     try:
-        processes.prestart()  # the engine's processes import torch while the model is checked
+        processes.prestart(run_http_worker_process)  # they import torch / the HTTP stack during the check
         if check is not None:
             check.wait()  # a bad model's one line comes first, as before anything else
         check_tls(server_args)

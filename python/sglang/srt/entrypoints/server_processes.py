@@ -22,6 +22,7 @@ from multiprocessing.connection import wait as mp_wait
 from typing import Callable, Optional
 
 from sglang.srt.configs.served_models import ServedModel, model_label
+from sglang.srt.entrypoints.child_start import StartingChild, start_child
 from sglang.srt.entrypoints.engine_processes import EngineProcesses, describe_exit, wait_ready
 from sglang.srt.server_args import ServerArgs
 from sglang.srt.utils.process import ENGINE_DEAD_SIGNAL, ENGINE_DEATH_GRACE, terminate_processes
@@ -46,6 +47,7 @@ class ServerProcesses:
         several = len(models) > 1
         self.engines = [EngineProcesses(m, label=model_label(m) if several else None) for m in models]
         self.http_procs: list[mp.Process] = []
+        self._http_starting: list[StartingChild] = []  # prestart()ed extra HTTP workers, not told to run
         self.served: list[ServedModel] = []
         self._stopping = False
         self._draining = False
@@ -61,11 +63,18 @@ class ServerProcesses:
         """The server's own directory (the first model's): metrics files, the HTTP workers' parent watch."""
         return self.engines[0].port_args.ipc_dir
 
-    def prestart(self) -> None:
-        """Every model's engine processes begin importing torch and the model code, and wait to be
-        told to run (EngineProcesses.prestart); start() tells them, shutdown() stops them."""
+    def prestart(self, worker_entry: Optional[HttpWorkerEntry] = None) -> None:
+        """Every model's engine processes begin importing torch and the model code, and the extra
+        HTTP workers (`worker_entry`: their target) the HTTP stack, and wait to be told to run
+        (entrypoints/child_start.py); start() and start_http_workers() tell them, shutdown() stops
+        them."""
         for engine in self.engines:
             engine.prestart()
+        if worker_entry is not None and not self._http_starting:
+            self._http_starting = [
+                start_child(f"sglang-http-{worker_id}", worker_entry, {})
+                for worker_id in range(1, self.server_args.tokenizer_worker_num)
+            ]
 
     def start(self) -> list[ServedModel]:
         """Start every model's engine and wait until all are ready (all stopped if one fails)."""
@@ -98,22 +107,14 @@ class ServerProcesses:
         `worker_entry` is the process's target (http_worker.run_http_worker_process), handed in by
         the launch sequence so that this module knows nothing of HTTP.
         """
-        ctx = mp.get_context("spawn")
-        pending = []
-        for worker_id in range(1, self.server_args.tokenizer_worker_num):
-            reader, writer = ctx.Pipe(duplex=False)
-            proc = ctx.Process(
-                target=worker_entry,
-                name=f"sglang-http-{worker_id}",
-                args=(self.server_args, self.served, worker_id, writer, os.getpid()),
-                daemon=True,
-            )
-            proc.start()
-            writer.close()
-            self.http_procs.append(proc)
-            pending.append((f"http-{worker_id}", reader, proc))
-        for name, reader, proc in pending:
-            wait_ready(name, reader, proc, self.server_args.startup_timeout)
+        ids = range(1, self.server_args.tokenizer_worker_num)
+        children = self._http_starting or [start_child(f"sglang-http-{i}", worker_entry, {}) for i in ids]
+        self._http_starting = []
+        for worker_id, child in zip(ids, children):
+            self.http_procs.append(child.proc)
+            child.run(server_args=self.server_args, models=self.served, worker_id=worker_id, parent_pid=os.getpid())
+        for child in children:
+            wait_ready(child.name.removeprefix("sglang-"), child.ready, child.proc, self.server_args.startup_timeout)
 
     def watch(
         self,
@@ -253,6 +254,9 @@ class ServerProcesses:
         self._stopping = True
         self._stop.set()
         self._dead.put(None)
+        for child in self._http_starting:
+            child.discard()
+        self._http_starting = []
         if self.http_procs:
             grace = self.server_args.graceful_timeout
             # Told to stop already: by begin_stop() (let them drain) or notify_http_workers() (their
