@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, Optional, Union
 
 import orjson
 
-from sglang.srt.configs.model_config import check_model
 from sglang.srt.configs.model_info import ModelInfo, OutputKind
 from sglang.srt.configs.served_models import ServedModel, plan_models
 from sglang.srt.entrypoints.server_processes import ServerProcesses
@@ -67,6 +66,10 @@ class Engine:
         self._processes = ServerProcesses(self.server_args, models)
         self._processes.prestart()  # they import torch and the model code while the models are checked
         try:
+            # Imported here, not at the top: it imports torch (~1.7 s), which the children just
+            # started are importing too, side by side with this.
+            from sglang.srt.configs.model_config import check_model
+
             for args in models:  # config problems surface here, before any process runs
                 check_model(args)
         except BaseException:
