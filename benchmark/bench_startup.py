@@ -8,7 +8,8 @@ python/ first on PYTHONPATH, one after another, never two at once) and times, fr
 command is started: /health answering 200 (polled every 20 ms), the first /v1/embeddings answer, and
 the process's exit after SIGTERM. A bad model path (`--model-path /nonexistent`) is timed to its
 one-line error's exit as well: the model check stays the start-up's first word on a bad model, so it
-must not get slower. Medians per variant, and each later variant's median against the first's.
+must not get slower. Then `sglang.Engine()` in a fresh interpreter, to ready. Medians per variant,
+and each later variant's median against the first's.
 
 The suite starts dozens of servers, so start-up is also where the test suite's time goes.
 """
@@ -77,6 +78,29 @@ def bad_model(env: dict[str, str], timeout: float) -> float:
     return time.monotonic() - began
 
 
+ENGINE_PROGRAM = """
+import time
+began = time.monotonic()
+import sglang
+if __name__ == "__main__":
+    engine = sglang.Engine()
+    ready = time.monotonic() - began
+    engine.encode("how long does an engine take to start")
+    print(ready, time.monotonic() - began)
+    engine.shutdown()
+"""
+
+
+def engine_start(env: dict[str, str], timeout: float) -> dict[str, float]:
+    """`sglang.Engine()` in a fresh interpreter: seconds from its first line to ready, to the first
+    encode (the offline engine checks the model in the caller's process)."""
+    out = subprocess.run([sys.executable, "-c", ENGINE_PROGRAM], env=env, capture_output=True, timeout=timeout)
+    if out.returncode != 0:
+        raise SystemExit(f"Engine start failed:\n{out.stderr.decode()[-2000:]}")
+    ready, first = (float(x) for x in out.stdout.split())
+    return {"engine_ready_s": ready, "engine_first_encode_s": first}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--variant", action="append", required=True, help="NAME=PATH of a checkout's python/")
@@ -92,9 +116,10 @@ def main() -> None:
             env = variant_env(path)
             row = one_start(env, shlex.split(args.server_args), args.timeout)
             row["bad_model_s"] = bad_model(env, args.timeout)
+            row.update(engine_start(env, args.timeout))
             rows[name].append(row)
             print(f"round {r + 1} [{name}] " + ", ".join(f"{k} {v:.2f}" for k, v in row.items()), flush=True)
-    keys = ("healthy_s", "first_embedding_s", "stop_s", "bad_model_s")
+    keys = ("healthy_s", "first_embedding_s", "stop_s", "bad_model_s", "engine_ready_s")
     print(f"\nmedians over {args.rounds} rounds, seconds (CPUs: {os.cpu_count()}); x = against {variants[0][0]}")
     print(f"{'variant':<10}" + "".join(f"{k:>22}" for k in keys))
     base = {k: statistics.median(row[k] for row in rows[variants[0][0]]) for k in keys}
