@@ -117,10 +117,16 @@ def test_custom_code_needs_trust_remote_code(tmp_path, qwen3_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["not_embedding", "unsupported"])
+@pytest.mark.parametrize("case", ["not_embedding", "unsupported", "missing"])
 def test_cli_start_up_errors_are_one_line(qwen3_dir, tmp_path, case):
+    """The model check's verdict is all the output, though the engine's processes and the HTTP
+    stack were already importing (entrypoints/child_start.py); a missing directory is answered
+    before the check imports torch."""
     if case == "not_embedding":
         model, expected = qwen3_dir, f"error: {NOT_EMBEDDING_MESSAGE}"
+    elif case == "missing":
+        model = str(tmp_path / "no-such-model")
+        expected = f"error: Model directory {model} does not exist"
     else:
         model = _variant(qwen3_dir, str(tmp_path / "bad"), architectures=["FancyNewForCausalLM"])
         expected = "error: Model architecture FancyNewForCausalLM is not supported. Supported architectures: "

@@ -182,10 +182,11 @@ def image_text_dim(hf_config) -> int:
     return text_dim
 
 
-def check_model(args: ServerArgs) -> ModelConfig:
-    """Resolve the checkpoint and read its config in the calling process.
+def check_model(args: ServerArgs, model_dir: Optional[str] = None) -> ModelConfig:
+    """Resolve the checkpoint (unless the caller did: `model_dir`) and read its config in the
+    calling process.
 
-    Run before any child process starts, so that an unknown --chat-template, an uncached hub id, an
+    Run before any child process runs, so that an unknown --chat-template, an uncached hub id, an
     unsupported architecture, a missing --is-embedding or --trust-remote-code ends start-up with one
     ConfigError line.
     """
@@ -193,7 +194,8 @@ def check_model(args: ServerArgs) -> ModelConfig:
 
     if args.chat_template is not None and not is_rerank_prompt_name(args.chat_template):
         load_chat_template(args.chat_template)  # an unknown name or a bad file
-    model_dir = resolve_model_path(args.model_path, args.revision, args.download_dir)
+    if model_dir is None:
+        model_dir = resolve_model_path(args.model_path, args.revision, args.download_dir)
     return ModelConfig.from_server_args(args, model_dir, device="cpu")
 
 

@@ -73,16 +73,22 @@ def _check_all(models: list[ServerArgs], pipe: Connection) -> None:
 
 
 def _check(server_args: ServerArgs) -> dict:
-    from sglang.srt.configs.model_config import check_model
-    from sglang.srt.utils.hf_tokenizer import load_tokenizer, tokenizer_class_of
+    from sglang.srt.utils.hub import resolve_model_path
 
     try:
-        check_model(server_args)
+        # A missing directory, a file, an uncached hub id: answered before the config module
+        # imports torch (~2 s), while the server process is still starting the other children.
+        model_dir = resolve_model_path(server_args.model_path, server_args.revision, server_args.download_dir)
+        from sglang.srt.configs.model_config import check_model
+
+        check_model(server_args, model_dir)
     except ConfigError as e:
         return {"status": "error", "message": str(e)}
     except Exception as e:  # unexpected: the traceback here, one line for the user
         traceback.print_exc()
         return {"status": "error", "message": f"{type(e).__name__}: {e}"}
+    from sglang.srt.utils.hf_tokenizer import load_tokenizer, tokenizer_class_of
+
     try:
         tokenizer = load_tokenizer(server_args.tokenizer_path, server_args.trust_remote_code)
     except Exception:  # the HTTP process reports it when it loads the tokenizer, as without this check
