@@ -1,8 +1,9 @@
-"""Engine children that import their heavy modules before they are told what to run.
+"""A server's children (engine processes, extra HTTP workers) import their heavy modules before
+they are told what to run.
 
-A scheduler spends ~2 of its ~3.4 s of start-up importing torch and the model code, and the server
-process spends ~4 s waiting on its model check (which imports torch too) before it knows that the
-engine may start. A child started with `start_child` imports its `preload` modules at once, then
+A scheduler spent ~3.4 s of its start-up importing torch, the model code and transformers' config
+machinery, an HTTP worker ~2 s importing the HTTP stack, and the server process ~4 s waiting on its
+model check (which imports torch too) before it knew that the engine may start. A child started with `start_child` imports its `preload` modules at once, then
 waits for `StartingChild.run(...)`: the arguments only known later (the checked model's options,
 the tokenizer class the check found). Started before the check, the two imports share the cores
 instead of following each other. A child told nothing (`discard`, or its parent gone) exits
