@@ -3,11 +3,12 @@ they are told what to run.
 
 A scheduler spent ~3.4 s of its start-up importing torch, the model code and transformers' config
 machinery, an HTTP worker ~2 s importing the HTTP stack, and the server process ~4 s waiting on its
-model check (which imports torch too) before it knew that the engine may start. A child started with `start_child` imports its `preload` modules at once, then
-waits for `StartingChild.run(...)`: the arguments only known later (the checked model's options,
-the tokenizer class the check found). Started before the check, the two imports share the cores
-instead of following each other. A child told nothing (`discard`, or its parent gone) exits
-without having run anything, so a bad model still ends start-up with the check's one line.
+model check (which imports torch too) before it knew that the engine may start. A child started
+with `start_child` imports its `preload` modules at once, then waits for `StartingChild.run(...)`:
+the arguments only known later (the checked model's options, the tokenizer class the check found,
+the engines' ModelInfo). Started before the check, the imports share the cores instead of following
+each other. A child told nothing (`discard`, or its parent gone) exits without having run
+anything, so a bad model still ends start-up with the check's one line.
 
 Every engine child and extra HTTP worker starts this way (a restart too, told at once), so there is
 one start path.
