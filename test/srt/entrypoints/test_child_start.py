@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -16,6 +17,8 @@ from sglang.srt.entrypoints.engine_processes import SCHEDULER_PRELOAD, EnginePro
 from sglang.srt.entrypoints.server_processes import ServerProcesses
 from sglang.srt.errors import ConfigError
 from sglang.srt.server_args import ServerArgs
+from test.helpers.procs import is_running
+from test.helpers.waiting import wait_until
 
 pytestmark = pytest.mark.slow  # every test here spawns child processes
 
@@ -106,3 +109,53 @@ def test_an_engine_whose_model_fails_its_check_leaves_no_process(tmp_path):
     with pytest.raises(ConfigError, match="FancyNewModel is not supported"):
         sglang.Engine(model_path=str(tmp_path))
     assert set(mp.active_children()) <= before
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Running processes of the process group `pgid` (the server's children stay in its group)."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and is_running(int(entry)):
+            try:
+                if os.getpgid(int(entry)) == pgid:
+                    members.append(int(entry))
+            except ProcessLookupError:
+                pass
+    return members
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 0), (signal.SIGTERM, -signal.SIGTERM)])
+def test_a_server_stopped_while_it_checks_its_model_exits_quietly_and_leaves_nothing(sig, code):
+    """Ctrl-C (the whole group) or a SIGTERM to the server process during start-up, while the check
+    and the prestarted children are importing: no traceback from any child, no process left."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sglang.launch_server", "--port", "1", "--log-level", "warning"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        # The check's child and the prestarted ones exist; 0.8 s on, they are past their
+        # interpreters' own start-up (before a child's first line runs, a Ctrl-C still prints its
+        # KeyboardInterrupt, as any spawned Python process does) and importing.
+        assert wait_until(lambda: len(_children(proc.pid)) >= 3, 60.0, interval=0.02), _children(proc.pid)
+        time.sleep(0.8)
+        if sig == signal.SIGINT:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == code and err == "", err
+        assert wait_until(lambda: not _group_members(proc.pid), 30.0), _group_members(proc.pid)
+    finally:
+        if _group_members(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)

@@ -11,12 +11,14 @@ the torch-free processes then load directly (utils/hf_tokenizer.py, ServerArgs.t
 from __future__ import annotations
 
 import multiprocessing as mp
+import signal
 import traceback
 from multiprocessing.connection import Connection
 
 from sglang.srt.entrypoints.engine_processes import describe_exit
 from sglang.srt.errors import ConfigError
 from sglang.srt.server_args import ServerArgs
+from sglang.srt.utils.process import set_parent_death_signal
 
 
 def check_model_in_child(server_args: ServerArgs) -> None:
@@ -64,12 +66,19 @@ class ModelCheck:
 
 
 def _check_all(models: list[ServerArgs], pipe: Connection) -> None:
+    # Ctrl-C reaches the whole process group: the server process decides (it cancels the check),
+    # and a server killed during the check takes the check with it; neither prints a traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    set_parent_death_signal(signal.SIGTERM)
     answers = []
     for server_args in models:
         answers.append(_check(server_args))
         if answers[-1]["status"] != "ok":
             break
-    pipe.send(answers)
+    try:
+        pipe.send(answers)
+    except OSError:  # the server process is gone: nobody to tell
+        pass
 
 
 def _check(server_args: ServerArgs) -> dict:
