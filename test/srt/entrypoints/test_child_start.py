@@ -132,8 +132,10 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
-@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 0), (signal.SIGTERM, -signal.SIGTERM)])
-def test_a_server_stopped_while_it_checks_its_model_exits_quietly_and_leaves_nothing(sig, code):
+# SIGTERM during the check kills the server process (its handler comes with uvicorn); a machine fast
+# enough to finish the check first drains instead and exits 0. Either way: quiet, nothing left.
+@pytest.mark.parametrize("sig,codes", [(signal.SIGINT, {0}), (signal.SIGTERM, {-signal.SIGTERM, 0})])
+def test_a_server_stopped_while_it_checks_its_model_exits_quietly_and_leaves_nothing(sig, codes):
     """Ctrl-C (the whole group) or a SIGTERM to the server process during start-up, while the check
     and the prestarted children are importing: no traceback from any child, no process left."""
     proc = subprocess.Popen(
@@ -144,17 +146,17 @@ def test_a_server_stopped_while_it_checks_its_model_exits_quietly_and_leaves_not
         start_new_session=True,
     )
     try:
-        # The check's child and the prestarted ones exist; 0.8 s on, they are past their
+        # The check's child and the prestarted ones exist; 0.5 s on, they are past their
         # interpreters' own start-up (before a child's first line runs, a Ctrl-C still prints its
         # KeyboardInterrupt, as any spawned Python process does) and importing.
         assert wait_until(lambda: len(_children(proc.pid)) >= 3, 60.0, interval=0.02), _children(proc.pid)
-        time.sleep(0.8)
+        time.sleep(0.5)
         if sig == signal.SIGINT:
             os.killpg(proc.pid, sig)
         else:
             proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
-        assert proc.returncode == code and err == "", err
+        assert proc.returncode in codes and err == "", (proc.returncode, err)
         assert wait_until(lambda: not _group_members(proc.pid), 30.0), _group_members(proc.pid)
     finally:
         if _group_members(proc.pid):
