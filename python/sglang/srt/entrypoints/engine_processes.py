@@ -52,7 +52,7 @@ class EngineProcesses:
         self._stopping = False  # shutdown() is stopping the children
         self._draining = False  # SIGTERM/SIGINT: the HTTP processes finish their requests first
         self._watcher: Optional[threading.Thread] = None
-        self._starting: list[StartingChild] = []  # prestart()ed, not told to run yet
+        self._starting: list[tuple[StartingChild, dict]] = []  # prestart()ed, not told to run yet
         self._allocator_plan = plan_allocator(server_args.cpu_allocator)
         self._slots = plan_slots(server_args.dp_size)
 
@@ -66,15 +66,15 @@ class EngineProcesses:
         """Start the processes importing torch and the model code while the caller still checks
         the model (entrypoints/child_start.py); spawn() tells them to go, shutdown() stops them."""
         if not self._starting:
-            self._starting = [start_child(*spec) for spec in self._child_specs()]
+            self._starting = self._start_children()
 
     def spawn(self) -> None:
         """Start the processes without waiting for them (a server with several models loads them
         side by side, then waits: entrypoints/server_processes.py)."""
         try:
-            children = self._starting or [start_child(*spec) for spec in self._child_specs()]
+            children = self._starting or self._start_children()
             self._starting = []
-            for child, extra in zip(children, self._child_kwargs()):
+            for child, extra in children:
                 self.procs.append(child.proc)
                 self._readers[child.name] = (child.ready, child.proc)
                 child.run(server_args=self.server_args, port_args=self.port_args, parent_pid=os.getpid(), **extra)
@@ -82,19 +82,18 @@ class EngineProcesses:
             self.kill()
             raise
 
-    def _child_specs(self) -> list[tuple]:
-        """start_child's (name, target, environment, preload) per process: replicas in rank order,
-        then the detokenizer."""
+    def _start_children(self) -> list[tuple[StartingChild, dict]]:
+        """Each process started (replicas in rank order, then the detokenizer), with what it is
+        told besides the model, sockets and parent."""
         scheduler_env = scheduler_environment(self._allocator_plan)  # the allocator's preload, OpenMP's spin count
-        specs = [
-            (f"sglang-{replica_name(slot)}", run_scheduler_process, scheduler_env, SCHEDULER_PRELOAD)
+        children = [
+            (
+                start_child(f"sglang-{replica_name(slot)}", run_scheduler_process, scheduler_env, SCHEDULER_PRELOAD),
+                {"slot": slot, "allocator_plan": self._allocator_plan},
+            )
             for slot in self._slots
         ]
-        return specs + [("sglang-detokenizer", run_detokenizer_process, {}, ())]
-
-    def _child_kwargs(self) -> list[dict]:
-        """What each process of _child_specs gets besides the model, sockets and parent."""
-        return [{"slot": slot, "allocator_plan": self._allocator_plan} for slot in self._slots] + [{}]
+        return children + [(start_child("sglang-detokenizer", run_detokenizer_process, {}), {})]
 
     def wait_ready(self) -> ModelInfo:
         """Block until every spawned process reported READY (a ConfigError and a full stop if one
@@ -182,7 +181,7 @@ class EngineProcesses:
         self._readers.clear()
 
     def _discard_starting(self) -> None:
-        for child in self._starting:
+        for child, _ in self._starting:
             child.discard()
         self._starting = []
 

@@ -71,10 +71,13 @@ class ServerProcesses:
         for engine in self.engines:
             engine.prestart()
         if worker_entry is not None and not self._http_starting:
-            self._http_starting = [
-                start_child(f"sglang-http-{worker_id}", worker_entry, {})
-                for worker_id in range(1, self.server_args.tokenizer_worker_num)
-            ]
+            self._http_starting = self._start_http_children(worker_entry)
+
+    def _http_worker_ids(self) -> range:
+        return range(1, self.server_args.tokenizer_worker_num)
+
+    def _start_http_children(self, worker_entry: HttpWorkerEntry) -> list[StartingChild]:
+        return [start_child(f"sglang-http-{i}", worker_entry, {}) for i in self._http_worker_ids()]
 
     def start(self) -> list[ServedModel]:
         """Start every model's engine and wait until all are ready (all stopped if one fails)."""
@@ -107,10 +110,9 @@ class ServerProcesses:
         `worker_entry` is the process's target (http_worker.run_http_worker_process), handed in by
         the launch sequence so that this module knows nothing of HTTP.
         """
-        ids = range(1, self.server_args.tokenizer_worker_num)
-        children = self._http_starting or [start_child(f"sglang-http-{i}", worker_entry, {}) for i in ids]
+        children = self._http_starting or self._start_http_children(worker_entry)
         self._http_starting = []
-        for worker_id, child in zip(ids, children):
+        for worker_id, child in zip(self._http_worker_ids(), children):
             self.http_procs.append(child.proc)
             child.run(server_args=self.server_args, models=self.served, worker_id=worker_id, parent_pid=os.getpid())
         for child in children:

@@ -111,15 +111,11 @@ class SignalWakeup:
     def fileno(self) -> int:
         return self._reader.fileno()
 
-    def woke(self, ready: list) -> bool:
-        """Whether a zmq Poller's `ready` list names this socket (by its fd, as pyzmq gives a
-        non-zmq entry back); if so, what the signals wrote is read so that it is not seen again."""
+    def woke(self, ready: list) -> None:
+        """Read what the signals wrote, so that it is not seen again, when a zmq Poller's `ready`
+        list names this socket (by its fd, as pyzmq gives a non-zmq entry back)."""
         if not any(entry == self.fileno() for entry, _ in ready):
-            return False
-        self._drain()
-        return True
-
-    def _drain(self) -> None:
+            return
         try:
             while self._reader.recv(4096):
                 pass
