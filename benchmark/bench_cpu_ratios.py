@@ -9,16 +9,19 @@ For each round, dtype and OpenMP wait policy (alternated, so machine drift hits 
    clients sending one corpus text each, then one client sending short texts (p50); the scheduler's
    CPU-seconds (all its threads, /proc schedstat) per text over each level;
 2. in-process: `sglang.Engine(...).encode` with the same server arguments and environment, the
-   corpus in calls of 64 texts (the batch shape 64 clients give the scheduler), texts/s and the
-   scheduler's CPU-seconds per text;
+   corpus in calls of 64 texts (the 64 inputs the clients keep in flight; served, they settle into
+   two cohorts of ~32 per batch, which cost Engine the same per text: docs/benchmarks.md, round
+   eleven), texts/s and the scheduler's CPU-seconds per text;
 3. the peer, sentence-transformers' offline float32 `encode(batch_size=32)`, once before and once
    after every round (its median over the run is the ratio's denominator).
 
 Each round's served and in-process runs follow each other within a minute, so the summary gives
 served / Engine both as the ratio of the medians and as the median (and range) of the rounds'
-own ratios, and each round prints the share of CPU time the hypervisor gave to other guests
-(steal, /proc/stat) while it ran: a shared VM's neighbour moved one setting from 0.70 to 0.99
-between two runs an hour apart (docs/benchmarks.md, round seven).
+own ratios. With --interleave N the server and the Engine are up side by side and loaded in turn
+N times per round (the idle one sleeps), so each pair's ratio is taken within seconds. Each round
+prints the share of CPU time the hypervisor gave to other guests (steal, /proc/stat) while it ran:
+a shared VM's neighbour moved one setting from 0.70 to 0.99 between two runs an hour apart
+(docs/benchmarks.md, round seven).
 
 The wait policy reaches the scheduler through the environment it inherits from the launching
 process (entrypoints/engine_processes.py). `libgomp` sets GOMP_SPINCOUNT to libgomp's own default
@@ -38,7 +41,7 @@ import shlex
 import statistics
 import sys
 import time
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_cpu_targets  # noqa: E402
@@ -79,8 +82,9 @@ def schedulers() -> list[int]:
     return [pid for pid, name in process_tree(os.getpid()).items() if name.startswith("sglang-sch")]
 
 
-def scheduler_cpu() -> float:
-    return sum(cpu_seconds(pid) for pid in schedulers())
+def scheduler_cpu(pids: Optional[list[int]] = None) -> float:
+    """CPU-seconds so far of these scheduler processes (default: every one under this process)."""
+    return sum(cpu_seconds(pid) for pid in (schedulers() if pids is None else pids))
 
 
 def served(server_args: str, requests: int) -> dict[str, Any]:
@@ -108,23 +112,70 @@ def engine_kwargs(server_args: str) -> dict[str, Any]:
     return {k: getattr(given, k) for k in fields if getattr(given, k) != getattr(defaults, k)}
 
 
-def engine_encode(server_args: str, texts: list[str], seconds: float) -> dict[str, float]:
-    """In-process Engine.encode on the corpus in calls of ENGINE_BATCH texts, same server arguments."""
+def start_engine(server_args: str, texts: list[str]) -> Any:
+    """sglang.Engine with the server's arguments, warmed up on one call."""
     import sglang
 
     kwargs: dict[str, Any] = {"allow_auto_truncate": True, "log_level": "warning", **engine_kwargs(server_args)}
     engine = sglang.Engine(**kwargs)
+    engine.encode(texts[:ENGINE_BATCH])
+    return engine
+
+
+def engine_slice(engine: Any, texts: list[str], seconds: float, pids: Optional[list[int]] = None) -> dict[str, float]:
+    """Engine.encode on the corpus in calls of ENGINE_BATCH texts for about `seconds`: texts/s and the
+    scheduler's CPU per text (`pids`: the Engine's schedulers, when a server's run beside them)."""
+    done, before, start = 0, scheduler_cpu(pids), time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for i in range(0, len(texts), ENGINE_BATCH):
+            engine.encode(texts[i : i + ENGINE_BATCH])
+        done += len(texts)
+    elapsed = time.perf_counter() - start
+    return {"texts_per_s": done / elapsed, "scheduler_cpu_ms_per_text": 1000 * (scheduler_cpu(pids) - before) / done}
+
+
+def engine_encode(server_args: str, texts: list[str], seconds: float) -> dict[str, float]:
+    """In-process Engine.encode on the corpus in calls of ENGINE_BATCH texts, same server arguments."""
+    engine = start_engine(server_args, texts)
     try:
-        engine.encode(texts[:ENGINE_BATCH])
-        done, before, start = 0, scheduler_cpu(), time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            for i in range(0, len(texts), ENGINE_BATCH):
-                engine.encode(texts[i : i + ENGINE_BATCH])
-            done += len(texts)
-        elapsed = time.perf_counter() - start
-        return {"texts_per_s": done / elapsed, "scheduler_cpu_ms_per_text": 1000 * (scheduler_cpu() - before) / done}
+        return engine_slice(engine, texts, seconds)
     finally:
         engine.shutdown()
+
+
+def interleaved(server_args: str, texts: list[str], pairs: int, requests: int) -> dict[str, Any]:
+    """A server and an Engine up side by side (the idle one sleeps), loaded in turn `pairs` times:
+    a c=64 level of `requests`, then Engine.encode for as long as that level took. Each pair's
+    ratio is measured within seconds, so the host's drift between minutes stays out of it."""
+    launch = argparse.Namespace(server_args=server_args, no_auto_truncate=False, launch_timeout=600.0)
+    with bench_serving.launched_server(launch) as url:
+        served_pids = schedulers()
+        engine = start_engine(server_args, texts)
+        engine_pids = [pid for pid in schedulers() if pid not in served_pids]
+        try:
+            bench_cpu_targets.load_level(url, 64, 256, "base64", None, "lean")  # the server's warm-up
+            levels, slices = [], []
+            for _ in range(pairs):
+                before = scheduler_cpu(served_pids)
+                level = bench_cpu_targets.load_level(url, 64, requests, "base64", None, "lean")
+                level["scheduler_cpu_ms_per_text"] = 1000 * (scheduler_cpu(served_pids) - before) / (requests + 32)
+                levels.append(level)
+                slices.append(engine_slice(engine, texts, level["elapsed_s"], engine_pids))
+            before = scheduler_cpu(served_pids)
+            short = bench_cpu_targets.load_level(url, 1, requests // 2, "base64", 12, "lean")
+            short["scheduler_cpu_ms_per_text"] = 1000 * (scheduler_cpu(served_pids) - before) / (requests // 2 + 32)
+        finally:
+            engine.shutdown()
+
+    def med(rows: list[dict[str, Any]], key: str) -> float:
+        return statistics.median(r[key] for r in rows)
+
+    served = {key: med(levels, key) for key in ("texts_per_s", "scheduler_cpu_ms_per_text", "p50_ms")}
+    return {
+        "served": {"c=64": served, "c=1 short": short, "levels": levels},
+        "engine": {key: med(slices, key) for key in ("texts_per_s", "scheduler_cpu_ms_per_text")} | {"slices": slices},
+        "pair_ratios": [lv["texts_per_s"] / sl["texts_per_s"] for lv, sl in zip(levels, slices)],
+    }
 
 
 def load_average() -> list[float]:
@@ -149,7 +200,10 @@ def steal_percent(before: tuple[int, int], after: tuple[int, int]) -> float:
 
 
 def paired_ratios(rows: list[dict[str, Any]]) -> list[float]:
-    """served / Engine per round: the two ran back to back, so a slow minute hits both."""
+    """served / Engine per round (the two ran back to back, so a slow minute hits both), or per
+    pair of slices with --interleave."""
+    if all("pair_ratios" in r for r in rows):
+        return [x for r in rows for x in r["pair_ratios"]]
     return [r["served"]["c=64"]["texts_per_s"] / r["engine"]["texts_per_s"] for r in rows]
 
 
@@ -165,6 +219,13 @@ def main() -> None:
         "--server-args",
         default="",
         help='more flags for both sides (the server and Engine), e.g. "--dp-size 2" or "--max-queue-delay 0.005"',
+    )
+    ap.add_argument(
+        "--interleave",
+        type=int,
+        default=0,
+        help="N > 0: per round, a server and an Engine side by side, loaded in turn N times (a c=64 level "
+        "of --requests, then Engine.encode as long): ratios per pair of slices",
     )
     ap.add_argument("--output-json", default=None)
     args = ap.parse_args()
@@ -187,8 +248,11 @@ def main() -> None:
                 flags = f"{DTYPES[dtype]} {args.server_args}".strip()
                 ticks = cpu_ticks()
                 with omp_env(POLICIES[policy]):
-                    row["served"] = served(flags, args.requests)
-                    row["engine"] = engine_encode(flags, texts, args.engine_seconds)
+                    if args.interleave:
+                        row.update(interleaved(flags, texts, args.interleave, args.requests))
+                    else:
+                        row["served"] = served(flags, args.requests)
+                        row["engine"] = engine_encode(flags, texts, args.engine_seconds)
                 row["load_after"] = load_average()
                 row["steal_percent"] = round(steal_percent(ticks, cpu_ticks()), 1)
                 s, e = row["served"]["c=64"], row["engine"]
@@ -197,7 +261,8 @@ def main() -> None:
                     f"(sched {s['scheduler_cpu_ms_per_text']:.2f} CPU-ms/text), Engine.encode {e['texts_per_s']:.1f} "
                     f"({e['scheduler_cpu_ms_per_text']:.2f}), served/Engine {s['texts_per_s'] / e['texts_per_s']:.2f}, "
                     f"c=1 p50 {row['served']['c=1 short']['p50_ms']:.2f} ms, steal {row['steal_percent']:.1f}%, "
-                    f"load {row['load_before']} -> {row['load_after']}",
+                    f"load {row['load_before']} -> {row['load_after']}"
+                    + (f"; pairs {' '.join(f'{x:.2f}' for x in row['pair_ratios'])}" if "pair_ratios" in row else ""),
                     flush=True,
                 )
                 runs.append(row)
@@ -205,7 +270,8 @@ def main() -> None:
             peer.append(bench_cpu_targets.peer_texts_per_s(texts, args.peer_seconds))
     st = statistics.median(peer)
     print(f"\nsentence-transformers float32 batch 32: {st:.1f} texts/s (runs {', '.join(f'{p:.1f}' for p in peer)})")
-    head = f"{'dtype':<8} {'policy':<8} {'served':>7} {'Engine':>7} {'srv/Eng':>7} {'by round':>15} {'x ST':>5}"
+    paired = "by pair" if args.interleave else "by round"
+    head = f"{'dtype':<8} {'policy':<8} {'served':>7} {'Engine':>7} {'srv/Eng':>7} {paired:>15} {'x ST':>5}"
     print(head + f" {'c=1 p50':>8} {'sched ms/text c64':>17} {'c1':>6} {'Engine':>6}")
     summary = []
     for dtype in args.dtypes.split(","):

@@ -42,6 +42,16 @@ def test_each_round_is_paired_with_its_own_engine_run():
     assert paired_ratios(rows) == pytest.approx([0.9, 0.96])
 
 
+def test_interleaved_rounds_pair_each_slice_not_the_medians():
+    """--interleave: each round holds one ratio per (served level, Engine slice) pair, and the
+    summary's spread is over those, not over the rounds' medians."""
+    rows = [
+        {"served": {"c=64": {"texts_per_s": 190.0}}, "engine": {"texts_per_s": 200.0}, "pair_ratios": [0.9, 1.0]},
+        {"served": {"c=64": {"texts_per_s": 160.0}}, "engine": {"texts_per_s": 200.0}, "pair_ratios": [0.8]},
+    ]
+    assert paired_ratios(rows) == [0.9, 1.0, 0.8]
+
+
 def test_steal_is_the_share_of_all_ticks_between_two_readings():
     assert steal_percent((10, 1000), (60, 2000)) == pytest.approx(5.0)
     assert steal_percent((10, 1000), (10, 1000)) == 0.0  # no time passed: no division by zero
