@@ -87,17 +87,23 @@ def scheduler_cpu(pids: Optional[list[int]] = None) -> float:
     return sum(cpu_seconds(pid) for pid in (schedulers() if pids is None else pids))
 
 
+def measured_level(
+    url: str, concurrency: int, requests: int, max_words: Optional[int], pids: Optional[list[int]] = None
+) -> dict[str, Any]:
+    """One load level (corpus texts, at most `max_words` each) with its schedulers' CPU per text
+    (`pids`: the server's, when an Engine runs beside it; its warm-up requests counted too)."""
+    before = scheduler_cpu(pids)
+    level = bench_cpu_targets.load_level(url, concurrency, requests, "base64", max_words, "lean")
+    texts = requests + bench_cpu_targets.LEVEL_WARMUP
+    level["scheduler_cpu_ms_per_text"] = 1000 * (scheduler_cpu(pids) - before) / texts
+    return level
+
+
 def served(server_args: str, requests: int) -> dict[str, Any]:
     """One server: c=64 corpus texts, then c=1 short texts; texts/s, p50 and scheduler CPU per text."""
     launch = argparse.Namespace(server_args=server_args, no_auto_truncate=False, launch_timeout=600.0)
-    out = {}
     with bench_serving.launched_server(launch) as url:
-        for label, conc, n, words in (("c=64", 64, requests, None), ("c=1 short", 1, requests // 2, 12)):
-            before = scheduler_cpu()
-            level = bench_cpu_targets.load_level(url, conc, n, "base64", words, "lean")
-            level["scheduler_cpu_ms_per_text"] = 1000 * (scheduler_cpu() - before) / (n + 32)  # + its warm-up
-            out[label] = level
-    return out
+        return {"c=64": measured_level(url, 64, requests, None), "c=1 short": measured_level(url, 1, requests // 2, 12)}
 
 
 def engine_kwargs(server_args: str) -> dict[str, Any]:
@@ -156,14 +162,9 @@ def interleaved(server_args: str, texts: list[str], pairs: int, requests: int) -
             bench_cpu_targets.load_level(url, 64, 256, "base64", None, "lean")  # the server's warm-up
             levels, slices = [], []
             for _ in range(pairs):
-                before = scheduler_cpu(served_pids)
-                level = bench_cpu_targets.load_level(url, 64, requests, "base64", None, "lean")
-                level["scheduler_cpu_ms_per_text"] = 1000 * (scheduler_cpu(served_pids) - before) / (requests + 32)
-                levels.append(level)
-                slices.append(engine_slice(engine, texts, level["elapsed_s"], engine_pids))
-            before = scheduler_cpu(served_pids)
-            short = bench_cpu_targets.load_level(url, 1, requests // 2, "base64", 12, "lean")
-            short["scheduler_cpu_ms_per_text"] = 1000 * (scheduler_cpu(served_pids) - before) / (requests // 2 + 32)
+                levels.append(measured_level(url, 64, requests, None, served_pids))
+                slices.append(engine_slice(engine, texts, levels[-1]["elapsed_s"], engine_pids))
+            short = measured_level(url, 1, requests // 2, 12, served_pids)
         finally:
             engine.shutdown()
 

@@ -48,6 +48,9 @@ def peer_texts_per_s(texts: list[str], seconds: float) -> float:
     return done / (time.perf_counter() - start)
 
 
+LEVEL_WARMUP = 32  # requests load_level sends and discards before each level
+
+
 def load_level(
     url: str, concurrency: int, requests: int, encoding: str, max_words: int | None, client: str
 ) -> dict[str, Any]:
@@ -60,7 +63,7 @@ def load_level(
             "--num-requests",
             str(requests),
             "--warmup",
-            "32",
+            str(LEVEL_WARMUP),
             "--encoding-format",
             encoding,
             "--no-progress",
