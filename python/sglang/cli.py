@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
+import signal
 import sys
-from typing import Mapping, Optional, Sequence
+import threading
+from typing import Iterator, Mapping, Optional, Sequence
 
 from sglang.srt.errors import ConfigError
 from sglang.srt.server_args import ServerArgs
@@ -51,24 +54,53 @@ def sagemaker_mode(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[lis
     return list(argv[1:]), {"SGLANG_PORT": SAGEMAKER_PORT, **environ}
 
 
-def serve(argv: Sequence[str], prog: str = "sglang serve") -> int:
+@contextlib.contextmanager
+def sigterm_as_ctrl_c() -> Iterator[None]:
+    """Until uvicorn takes SIGINT and SIGTERM (launch_server's serve, a graceful drain), a SIGTERM
+    stops start-up as Ctrl-C does: the children stopped, the IPC directory removed, exit 0. Left at
+    its default, it killed the server process on the spot, perhaps between spawning a child and
+    writing the child its target (the child's traceback: "Ran out of input")."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        argv, environ = sagemaker_mode(argv, os.environ)
-        server_args = parse_serve_args(argv, environ, prog=prog)
-        from sglang.srt.configs.served_models import plan_models
-        from sglang.srt.entrypoints.model_check import ModelCheck
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
-        # Every model's options, then model problems (unsupported architecture, missing
-        # --is-embedding, uncached hub id, two models claiming one name, ...) end start-up as one
-        # line, before the server runs anything or logs a line. The check runs in a child process
-        # (reading a config imports torch, which this one avoids) while this one imports the HTTP
-        # stack and the engine's processes import theirs (launch_server waits for its verdict).
-        models = plan_models(server_args)
-        check = ModelCheck(models)
+
+def serve(argv: Sequence[str], prog: str = "sglang serve") -> int:
+    with sigterm_as_ctrl_c():
+        return _serve(argv, prog)
+
+
+def _serve(argv: Sequence[str], prog: str) -> int:
+    from sglang.srt.utils.process import stop_signals_deferred
+
+    check = None
+    try:
         try:
-            from sglang.srt.entrypoints.launch import launch_server
+            # A Ctrl-C (or SIGTERM) here lands when the imports are done, as a KeyboardInterrupt
+            # in this code, not inside a library's import (see stop_signals_deferred).
+            with stop_signals_deferred():
+                argv, environ = sagemaker_mode(argv, os.environ)
+                server_args = parse_serve_args(argv, environ, prog=prog)
+                from sglang.srt.configs.served_models import plan_models
+                from sglang.srt.entrypoints.model_check import ModelCheck
+
+                # Every model's options, then model problems (unsupported architecture, missing
+                # --is-embedding, uncached hub id, two models claiming one name, ...) end start-up
+                # as one line, before the server runs anything or logs a line. The check runs in a
+                # child process (reading a config imports torch, which this one avoids) while this
+                # one imports the HTTP stack and the engine's processes import theirs
+                # (launch_server waits for its verdict).
+                models = plan_models(server_args)
+                check = ModelCheck(models)
+                from sglang.srt.entrypoints.launch import launch_server
         except BaseException:
-            check.cancel()
+            if check is not None:
+                check.cancel()
             raise
         return launch_server(server_args, models, check)
     except ConfigError as e:

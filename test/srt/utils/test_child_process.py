@@ -6,6 +6,8 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -15,7 +17,13 @@ import zmq
 
 from sglang.srt.entrypoints.engine_processes import describe_exit, wait_ready
 from sglang.srt.errors import ConfigError
-from sglang.srt.utils.process import mark_stopping, prepare_child_process, stop_requested
+from sglang.srt.utils.process import (
+    ignore_sigint,
+    mark_stopping,
+    prepare_child_process,
+    stop_requested,
+    stop_signals_deferred,
+)
 from test.helpers.procs import is_running
 from test.helpers.waiting import wait_until
 
@@ -60,6 +68,65 @@ def _killed_while_loading(ready_pipe) -> None:
 
 def _never_ready(ready_pipe) -> None:
     time.sleep(30)
+
+
+def _ignores_a_pending_sigint(conn) -> None:
+    held = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, ())
+    conn.recv()  # the parent has sent its SIGINT
+    pending = signal.SIGINT in signal.sigpending()
+    ignore_sigint()
+    after = (signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, ()), signal.SIGINT in signal.sigpending())
+    conn.send({"held": held, "pending": pending, "after": after})
+
+
+# Run as a fresh process's first spawn: the resource tracker then starts inside it, and that start
+# unblocks SIGINT in the spawning thread unless it happened before the block.
+_FIRST_SPAWN = """
+import multiprocessing as mp, os, signal
+from sglang.srt.utils.process import stop_signals_deferred
+from test.srt.utils.test_child_process import _ignores_a_pending_sigint
+parent, child = mp.get_context("spawn").Pipe()
+proc = mp.get_context("spawn").Process(target=_ignores_a_pending_sigint, args=(child,))
+with stop_signals_deferred():
+    proc.start()
+child.close()  # a child that died answers EOFError, not silence
+assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, ())  # the spawner's mask is back
+os.kill(proc.pid, signal.SIGINT)  # its interpreter is still starting: a Ctrl-C to the group
+parent.send("sent")
+print(parent.recv())
+proc.join()
+print(proc.exitcode)
+"""
+
+
+def test_a_child_spawned_with_sigint_held_starts_quietly_through_a_ctrl_c():
+    """Without the hold, a SIGINT during a child's interpreter start-up or unpickling prints a
+    KeyboardInterrupt traceback; held, it stays pending until ignore_sigint discards it."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    done = subprocess.run([sys.executable, "-c", _FIRST_SPAWN], cwd=root, capture_output=True, text=True, timeout=60)
+    assert done.stderr == "" and done.returncode == 0, done.stderr
+    report, exitcode = done.stdout.splitlines()
+    assert report == str({"held": True, "pending": True, "after": (False, False)})
+    assert exitcode == "0"
+
+
+def test_a_ctrl_c_taken_by_another_thread_waits_for_the_end_of_the_spawn():
+    """In a server, OpenBLAS's thread may take the process's SIGINT; the KeyboardInterrupt it raises
+    in the main thread comes after the block (the spawn has written its child's target), not in it."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    threading.Thread(target=time.sleep, args=(2.0,), daemon=True).start()  # does not block SIGINT
+    steps = []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with stop_signals_deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.3)  # the interpreter runs Python handlers between bytecodes: long past
+                steps.append("spawned")
+        assert steps == ["spawned"]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, ())
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_sigterm_is_ignored_until_the_parent_marks_stopping():

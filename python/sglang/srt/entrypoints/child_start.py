@@ -19,11 +19,11 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import multiprocessing as mp
-import signal
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Sequence
 
 from sglang.srt.utils.allocator import child_environment
+from sglang.srt.utils.process import ignore_sigint, stop_signals_deferred
 
 
 @dataclasses.dataclass
@@ -64,7 +64,7 @@ def start_child(
     proc = ctx.Process(
         target=wait_then_run, name=name, args=(target, tuple(preload), go_reader, ready_writer), daemon=True
     )
-    with child_environment(env):
+    with child_environment(env), stop_signals_deferred():
         proc.start()
     ready_writer.close()
     go_reader.close()
@@ -73,9 +73,7 @@ def start_child(
 
 def wait_then_run(target: Callable[..., None], preload: tuple[str, ...], go: Connection, ready: Connection) -> None:
     """The child's entry: import, wait for the arguments, run the target (which owns `ready`)."""
-    # Ctrl-C reaches the whole process group; the server process stops its children itself (every
-    # target ignores SIGINT too), so an interrupted start-up prints no traceback per child.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ignore_sigint()  # every target ignores it too: an interrupted start-up prints no traceback per child
     for module in preload:
         try:
             importlib.import_module(module)

@@ -18,7 +18,7 @@ from multiprocessing.connection import Connection
 from sglang.srt.entrypoints.engine_processes import describe_exit
 from sglang.srt.errors import ConfigError
 from sglang.srt.server_args import ServerArgs
-from sglang.srt.utils.process import set_parent_death_signal
+from sglang.srt.utils.process import ignore_sigint, set_parent_death_signal, stop_signals_deferred
 
 
 def check_model_in_child(server_args: ServerArgs) -> None:
@@ -36,7 +36,8 @@ class ModelCheck:
         ctx = mp.get_context("spawn")
         self._reader, writer = ctx.Pipe(duplex=False)
         self._proc = ctx.Process(target=_check_all, args=(models, writer), name="sglang-model-check", daemon=True)
-        self._proc.start()
+        with stop_signals_deferred():
+            self._proc.start()
         writer.close()
 
     def wait(self) -> None:
@@ -68,7 +69,7 @@ class ModelCheck:
 def _check_all(models: list[ServerArgs], pipe: Connection) -> None:
     # Ctrl-C reaches the whole process group: the server process decides (it cancels the check),
     # and a server killed during the check takes the check with it; neither prints a traceback.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ignore_sigint()
     set_parent_death_signal(signal.SIGTERM)
     answers = []
     for server_args in models:

@@ -8,6 +8,7 @@ and has not asked: otherwise they would die under requests the server is still f
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -17,7 +18,8 @@ import socket
 import sys
 import threading
 import time
-from typing import Callable, Optional
+from multiprocessing import resource_tracker
+from typing import Any, Callable, Iterator, Optional
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +31,50 @@ ENGINE_DEAD_SIGNAL = signal.SIGUSR2
 # Seconds an HTTP process then keeps its open connections to answer them 503 before it stops
 # (frontend/http/engine_death.py); the server process waits that long, plus a margin, for the workers.
 ENGINE_DEATH_GRACE = 2.0
+
+
+@contextlib.contextmanager
+def stop_signals_deferred() -> Iterator[None]:
+    """SIGINT and SIGTERM wait for the end of the block: for spawning children and for imports.
+
+    Children spawned inside start with SIGINT blocked (the mask survives fork and exec): a Ctrl-C
+    to the process group while a child's interpreter starts or unpickles its target (importing the
+    target's module) stays pending until the child's `ignore_sigint` discards it, instead of
+    printing a KeyboardInterrupt traceback.
+
+    In the main thread, this process's own SIGINT/SIGTERM handlers run after the block: another
+    thread (OpenBLAS's, which numpy's import starts) may take the signal, and the exception a
+    handler raises would break into whatever runs. In a spawn, between starting a child and writing
+    it its pickled target (the child dies of "Ran out of input"); in an import, inside a library
+    that wraps it (pydantic raises a SchemaError) or after which CPython exits by SIGINT even though
+    the KeyboardInterrupt was caught (it marks one raised during an extension module's import as
+    unhandled)."""
+    # The resource tracker's first start (inside the first spawn) unblocks SIGINT in the calling
+    # thread: started before the block, it cannot undo it.
+    resource_tracker.ensure_running()
+    handlers: dict[int, Callable] = {}
+    caught: list[tuple[int, Any]] = []
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            if callable(signal.getsignal(sig)):
+                handlers[sig] = signal.signal(sig, lambda signum, frame: caught.append((signum, frame)))
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        # Unmasked first: a signal pending here meets the recorder, and is replayed below.
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        for signum, frame in caught:  # the first handler that raises ends the replay
+            handlers[signum](signum, frame)
+
+
+def ignore_sigint() -> None:
+    """A spawned child's first step: Ctrl-C reaches the whole process group, and the server process
+    stops its children itself. Ignoring SIGINT discards one pending since the spawn."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def set_parent_death_signal(sig: int = signal.SIGTERM) -> None:
