@@ -24,6 +24,7 @@ from sglang.srt.utils.process import (
     stop_requested,
     stop_signals_deferred,
 )
+from test.helpers.benchmark_child import ROOT
 from test.helpers.procs import is_running
 from test.helpers.waiting import wait_until
 
@@ -102,8 +103,7 @@ print(proc.exitcode)
 def test_a_child_spawned_with_sigint_held_starts_quietly_through_a_ctrl_c():
     """Without the hold, a SIGINT during a child's interpreter start-up or unpickling prints a
     KeyboardInterrupt traceback; held, it stays pending until ignore_sigint discards it."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    done = subprocess.run([sys.executable, "-c", _FIRST_SPAWN], cwd=root, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-c", _FIRST_SPAWN], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.stderr == "" and done.returncode == 0, done.stderr
     report, exitcode = done.stdout.splitlines()
     assert report == str({"held": True, "pending": True, "after": (False, False)})
